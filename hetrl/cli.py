@@ -1,0 +1,157 @@
+"""The ``hetrl`` command: a thin layer over the library. Bad input: one line, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hetrl.errors import HetrlError
+
+Handler = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
+
+
+def command(name: str, help_text: str, configure: Callable[[argparse.ArgumentParser], None]):
+    """Register a subcommand (one registry; duplicate names are an error)."""
+    def deco(fn: Handler) -> Handler:
+        if name in COMMANDS:
+            raise RuntimeError(f"duplicate command {name!r}")
+        COMMANDS[name] = (help_text, configure, fn)
+        return fn
+    return deco
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2) if args.json else text)
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _wcp(p: argparse.ArgumentParser, plan: bool = True) -> None:
+    p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
+    p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    if plan:
+        p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+    _json_flag(p)
+
+
+# --- presets ------------------------------------------------------------------------------------
+
+@command("presets", "list built-in workloads, clusters, GPU types and models", _json_flag)
+def cmd_presets(args: argparse.Namespace) -> int:
+    from hetrl.spec.hardware import gpu_catalog
+    from hetrl.spec.model import model_presets
+    from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
+
+    data = {
+        "workloads": list(WORKLOAD_PRESETS),
+        "clusters": list(CLUSTER_PRESETS),
+        "gpus": list(gpu_catalog()),
+        "models": list(model_presets()),
+    }
+    lines = ["workloads:"] + [f"  {n:<22} {d}" for n, (d, _) in WORKLOAD_PRESETS.items()]
+    lines += ["clusters:"] + [f"  {n:<34} {d}" for n, (d, _) in CLUSTER_PRESETS.items()]
+    lines += ["gpus:"] + [
+        f"  {g.name:<10} {g.bf16_tflops:>5g} TFLOPS  {g.memory_gb:>4g} GB  {g.hbm_gbps:>5g} GB/s  "
+        f"{g.intra_link}" for g in gpu_catalog().values()]
+    lines += ["models:"] + [f"  {m.name:<13} {m.params / 1e9:6.2f} B params"
+                            for m in model_presets().values()]
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
+# --- describe -----------------------------------------------------------------------------------
+
+def _describe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="cluster or workload: a preset name or a YAML/JSON file")
+    _json_flag(p)
+
+
+@command("describe", "summarise a cluster or a workload", _describe_args)
+def cmd_describe(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hetrl.describe import describe_cluster, describe_workload, format_cluster, format_workload
+    from hetrl.io import load_cluster, load_workload, read_mapping
+    from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
+
+    target = args.target
+    if target in CLUSTER_PRESETS:
+        is_cluster = True
+    elif target in WORKLOAD_PRESETS:
+        is_cluster = False
+    elif Path(target).exists():
+        is_cluster = "nodes" in read_mapping(target, "describe")
+    else:
+        raise HetrlError(f"describe: {target!r} is neither a preset nor a file; "
+                         "see `hetrl presets` for the names")
+    if is_cluster:
+        info = describe_cluster(load_cluster(target))
+        emit(args, info, format_cluster(info))
+    else:
+        info = describe_workload(load_workload(target))
+        emit(args, info, format_workload(info))
+    return 0
+
+
+# --- validate -----------------------------------------------------------------------------------
+
+@command("validate", "check that a plan fits a workload and a cluster", _wcp)
+def cmd_validate(args: argparse.Namespace) -> int:
+    from hetrl.io import load_cluster, load_plan, load_workload
+    from hetrl.plan import validate
+
+    workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
+    validate(plan, workload, cluster)
+    emit(args, {"valid": True, "tasks": [p.task for p in plan.placements],
+                "devices": len(plan.device_ids)},
+         f"plan is valid: {len(plan.placements)} tasks on {len(plan.device_ids)} devices")
+    return 0
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hetrl",
+        description="Plan, estimate, search and simulate RL post-training on heterogeneous GPUs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_text, configure, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        configure(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _load_command_modules()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][2](args)
+    except HetrlError as exc:
+        print(f"hetrl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hetrl {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _load_command_modules() -> None:
+    """Commands defined in other modules register themselves on import."""
+    import importlib
+
+    for module in ("hetrl.cli_cost",):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

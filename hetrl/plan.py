@@ -1,0 +1,322 @@
+"""Plan: an execution plan as plain data (ids and numbers only), and its validation.
+
+Levels of the HetRL search space, as stored here:
+- level 1: ``groups[*].tasks`` -- which tasks share one set of GPUs (their models co-located);
+- levels 2-3: ``groups[*].devices`` -- the group's concrete GPUs;
+- level 4: per task ``dp``, ``pp``, ``tp`` and ``layers_per_stage``;
+- level 5: per task ``devices[replica][stage][tp_rank]`` -- the tasklet-to-device map;
+- load balancing: per task ``data_weights`` (a replica's share of the batch is its weight over the
+  sum) and uneven ``layers_per_stage``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hetrl import __version__
+from hetrl.errors import SpecError, require
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.model import ModelShape
+from hetrl.spec.workload import WorkloadSpec
+
+SCHEMA_VERSION = 1
+
+Grid = tuple[tuple[tuple[int, ...], ...], ...]
+
+
+@dataclass(frozen=True)
+class TaskPlacement:
+    """How one task is partitioned (dp x pp x tp) and where each tasklet runs."""
+
+    task: str
+    dp: int
+    pp: int
+    tp: int
+    devices: Grid
+    layers_per_stage: tuple[int, ...]
+    data_weights: tuple[float, ...]
+
+    @property
+    def device_ids(self) -> tuple[int, ...]:
+        """All devices of the task, replica-major, then stage, then tp rank."""
+        return tuple(d for replica in self.devices for stage in replica for d in stage)
+
+    def replica(self, i: int) -> tuple[tuple[int, ...], ...]:
+        return self.devices[i]
+
+    def data_shares(self) -> tuple[float, ...]:
+        """Fraction of the batch each replica processes (sums to 1)."""
+        total = sum(self.data_weights)
+        return tuple(w / total for w in self.data_weights)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "dp": self.dp,
+            "pp": self.pp,
+            "tp": self.tp,
+            "devices": [[list(stage) for stage in replica] for replica in self.devices],
+            "layers_per_stage": list(self.layers_per_stage),
+            "data_weights": list(self.data_weights),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field_name: str = "placement") -> TaskPlacement:
+        require(isinstance(data, Mapping), field_name, data, "must be a mapping")
+        known = set(cls.__dataclass_fields__)
+        for key in data:
+            require(key in known, f"{field_name}.{key}", data[key],
+                    f"unknown key; known keys: {sorted(known)}")
+        for key in known:
+            require(key in data, f"{field_name}.{key}", None, "is required")
+        grid = data["devices"]
+        require(_is_grid(grid), f"{field_name}.devices", grid,
+                "must be a list (replicas) of lists (stages) of lists (tp ranks) of device ids")
+        return cls(
+            task=str(data["task"]),
+            dp=data["dp"],
+            pp=data["pp"],
+            tp=data["tp"],
+            devices=tuple(tuple(tuple(stage) for stage in replica) for replica in grid),
+            layers_per_stage=tuple(data["layers_per_stage"]),
+            data_weights=tuple(float(w) for w in data["data_weights"]),
+        )
+
+
+def _is_grid(grid: Any) -> bool:
+    return isinstance(grid, Sequence) and all(
+        isinstance(rep, Sequence) and all(
+            isinstance(st, Sequence) and all(isinstance(d, int) and not isinstance(d, bool)
+                                             for d in st) for st in rep) for rep in grid)
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """Tasks that share one set of GPUs (their models co-located) and that set."""
+
+    tasks: tuple[str, ...]
+    devices: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tasks": list(self.tasks), "devices": list(self.devices)}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a plan came from."""
+
+    scheduler: str = "manual"
+    seed: int | None = None
+    version: str = __version__
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Task groups, per-task placements and provenance."""
+
+    groups: tuple[TaskGroup, ...]
+    placements: tuple[TaskPlacement, ...]
+    provenance: Provenance = field(default_factory=Provenance)
+    schema_version: int = SCHEMA_VERSION
+
+    def placement(self, task: str) -> TaskPlacement:
+        for p in self.placements:
+            if p.task == task:
+                return p
+        raise SpecError("placements", task, "no placement for this task")
+
+    def group_of(self, task: str) -> TaskGroup:
+        for g in self.groups:
+            if task in g.tasks:
+                return g
+        raise SpecError("groups", task, "task is in no group")
+
+    @property
+    def device_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({d for g in self.groups for d in g.devices}))
+
+    def with_placement(self, placement: TaskPlacement) -> Plan:
+        return replace(self, placements=tuple(
+            placement if p.task == placement.task else p for p in self.placements))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "provenance": {
+                "scheduler": self.provenance.scheduler,
+                "seed": self.provenance.seed,
+                "version": self.provenance.version,
+                "note": self.provenance.note,
+            },
+            "groups": [g.to_dict() for g in self.groups],
+            "placements": [p.to_dict() for p in self.placements],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        require(isinstance(data, Mapping), "plan", type(data).__name__, "must be a mapping")
+        known = {"schema_version", "provenance", "groups", "placements"}
+        for key in data:
+            require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
+        version = data.get("schema_version", SCHEMA_VERSION)
+        require(version == SCHEMA_VERSION, "schema_version", version,
+                f"this hetrl reads plan version {SCHEMA_VERSION}")
+        for key in ("groups", "placements"):
+            require(isinstance(data.get(key), list), key, data.get(key), "must be a list")
+        groups = []
+        for i, g in enumerate(data["groups"]):
+            require(isinstance(g, Mapping) and set(g) == {"tasks", "devices"}, f"groups[{i}]", g,
+                    "must be a mapping with exactly 'tasks' and 'devices'")
+            require(isinstance(g["devices"], list) and all(
+                isinstance(d, int) and not isinstance(d, bool) for d in g["devices"]),
+                f"groups[{i}].devices", g["devices"], "must be a list of device ids")
+            groups.append(TaskGroup(tuple(str(t) for t in g["tasks"]), tuple(g["devices"])))
+        placements = tuple(TaskPlacement.from_dict(p, f"placements[{i}]")
+                           for i, p in enumerate(data["placements"]))
+        prov = data.get("provenance") or {}
+        require(isinstance(prov, Mapping), "provenance", prov, "must be a mapping")
+        prov_known = set(Provenance.__dataclass_fields__)
+        for key in prov:
+            require(key in prov_known, f"provenance.{key}", prov[key],
+                    f"unknown key; known keys: {sorted(prov_known)}")
+        return cls(tuple(groups), placements, Provenance(**prov), version)
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+def validate_layout(model: ModelShape, tp: int, pp: int, field_name: str) -> None:
+    """tp must divide the attention heads (and the KV heads divide tp or tp divide them);
+    pp must not exceed the layers."""
+    require(model.heads % tp == 0, f"{field_name}.tp", tp,
+            f"must divide {model.name}'s {model.heads} attention heads")
+    require(model.kv_heads % tp == 0 or tp % model.kv_heads == 0, f"{field_name}.tp", tp,
+            f"must divide {model.name}'s {model.kv_heads} KV heads or be a multiple of them")
+    require(pp <= model.layers, f"{field_name}.pp", pp,
+            f"must be <= {model.name}'s {model.layers} layers")
+
+
+def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
+    """Raise :class:`SpecError` naming the first field of ``plan`` that does not fit."""
+    tasks = workload.task_names
+    seen_tasks: dict[str, int] = {}
+    seen_devices: dict[int, int] = {}
+    require(len(plan.groups) >= 1, "groups", [], "need at least one task group")
+    for gi, group in enumerate(plan.groups):
+        f = f"groups[{gi}]"
+        require(len(group.tasks) >= 1, f"{f}.tasks", [], "a group needs at least one task")
+        require(len(group.devices) >= 1, f"{f}.devices", [], "a group needs at least one device")
+        for t in group.tasks:
+            require(t in tasks, f"{f}.tasks", t, f"not a task of {workload.algorithm}: {list(tasks)}")
+            require(t not in seen_tasks, f"{f}.tasks", t,
+                    f"task already in groups[{seen_tasks.get(t)}]")
+            seen_tasks[t] = gi
+        for d in group.devices:
+            require(isinstance(d, int) and 0 <= d < cluster.num_devices, f"{f}.devices", d,
+                    f"no such device in cluster {cluster.name!r} (ids 0..{cluster.num_devices - 1})")
+            require(d not in seen_devices, f"{f}.devices", d,
+                    f"device already in groups[{seen_devices.get(d)}]")
+            seen_devices[d] = gi
+    missing = [t for t in tasks if t not in seen_tasks]
+    require(not missing, "groups", missing, "tasks missing from every group")
+    placed = [p.task for p in plan.placements]
+    for t in tasks:
+        require(placed.count(t) == 1, "placements", t,
+                f"need exactly one placement per task, found {placed.count(t)}")
+    for p in plan.placements:
+        require(p.task in tasks, "placements", p.task, f"not a task of {workload.algorithm}")
+        validate_placement(p, workload, cluster, plan.group_of(p.task))
+
+
+def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: ClusterSpec,
+                       group: TaskGroup | None = None) -> None:
+    f = f"placements[{p.task}]"
+    model = workload.model(workload.task(p.task).role)
+    for key in ("dp", "pp", "tp"):
+        value = getattr(p, key)
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"{f}.{key}", value, "must be an integer >= 1")
+    validate_layout(model, p.tp, p.pp, f)
+    require(len(p.devices) == p.dp, f"{f}.devices", len(p.devices),
+            f"must list dp = {p.dp} replicas")
+    for i, replica in enumerate(p.devices):
+        require(len(replica) == p.pp, f"{f}.devices[{i}]", len(replica),
+                f"must list pp = {p.pp} stages")
+        for j, stage in enumerate(replica):
+            require(len(stage) == p.tp, f"{f}.devices[{i}][{j}]", len(stage),
+                    f"must list tp = {p.tp} devices")
+    ids = p.device_ids
+    require(len(ids) == p.dp * p.pp * p.tp, f"{f}.devices", len(ids),
+            f"dp*pp*tp = {p.dp * p.pp * p.tp} devices expected")
+    seen: set[int] = set()
+    group_devices = set(group.devices) if group is not None else None
+    for d in ids:
+        require(0 <= d < cluster.num_devices, f"{f}.devices", d,
+                f"no such device in cluster {cluster.name!r} (ids 0..{cluster.num_devices - 1})")
+        require(d not in seen, f"{f}.devices", d, "device used twice in one task's tasklet slots")
+        seen.add(d)
+        if group_devices is not None:
+            require(d in group_devices, f"{f}.devices", d, "device is not in the task's group")
+    require(len(p.layers_per_stage) == p.pp, f"{f}.layers_per_stage", list(p.layers_per_stage),
+            f"must list pp = {p.pp} stages")
+    for j, n in enumerate(p.layers_per_stage):
+        require(isinstance(n, int) and n >= 1, f"{f}.layers_per_stage[{j}]", n,
+                "must be an integer >= 1")
+    require(sum(p.layers_per_stage) == model.layers, f"{f}.layers_per_stage",
+            list(p.layers_per_stage), f"must sum to {model.name}'s {model.layers} layers")
+    require(len(p.data_weights) == p.dp, f"{f}.data_weights", list(p.data_weights),
+            f"must list dp = {p.dp} weights")
+    for i, w in enumerate(p.data_weights):
+        require(math.isfinite(w) and w > 0, f"{f}.data_weights[{i}]", w, "must be finite and > 0")
+
+
+# --- constructors -------------------------------------------------------------------------------
+
+def even_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """``layers`` split over ``pp`` stages as evenly as possible (earlier stages get the extra)."""
+    base, extra = divmod(layers, pp)
+    return tuple(base + (1 if j < extra else 0) for j in range(pp))
+
+
+def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int, layers: int,
+                   data_weights: Sequence[float] | None = None,
+                   layers_per_stage: Sequence[int] | None = None) -> TaskPlacement:
+    """Lay ``devices`` out replica-major, stage, then tp rank (tp innermost, so a tp group takes
+    consecutive devices, usually inside one node)."""
+    require(len(devices) == dp * pp * tp, "devices", len(devices),
+            f"need dp*pp*tp = {dp * pp * tp} devices")
+    it = iter(devices)
+    grid = tuple(tuple(tuple(next(it) for _ in range(tp)) for _ in range(pp)) for _ in range(dp))
+    return TaskPlacement(
+        task=task, dp=dp, pp=pp, tp=tp, devices=grid,
+        layers_per_stage=tuple(layers_per_stage) if layers_per_stage else even_layers(layers, pp),
+        data_weights=tuple(float(w) for w in data_weights) if data_weights else (1.0,) * dp,
+    )
+
+
+def colocated_plan(workload: WorkloadSpec, cluster: ClusterSpec, tp: int = 1, pp: int = 1,
+                   dp: int | None = None, devices: Sequence[int] | None = None,
+                   scheduler: str = "colocate") -> Plan:
+    """All tasks in one group on ``devices`` (default: all), every task with the same layout.
+
+    ``dp`` defaults to len(devices) / (tp * pp).
+    """
+    ids = list(devices) if devices is not None else list(range(cluster.num_devices))
+    if dp is None:
+        require(len(ids) % (tp * pp) == 0, "tp*pp", tp * pp,
+                f"must divide the {len(ids)} devices")
+        dp = len(ids) // (tp * pp)
+    require(dp * pp * tp == len(ids), "dp*pp*tp", dp * pp * tp,
+            f"must equal the {len(ids)} devices of the group")
+    placements = []
+    for t in workload.tasks:
+        model = workload.model(t.role)
+        validate_layout(model, tp, pp, f"placements[{t.name}]")
+        placements.append(make_placement(t.name, ids, dp, pp, tp, model.layers))
+    plan = Plan((TaskGroup(workload.task_names, tuple(ids)),), tuple(placements),
+                Provenance(scheduler=scheduler))
+    validate(plan, workload, cluster)
+    return plan

@@ -1,0 +1,116 @@
+"""GPU types: datasheet facts (see ``hetrl/data/gpus.yaml`` for sources)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from hetrl.errors import SpecError, positive, require
+
+INTRA_LINK_KINDS = ("nvlink", "pcie")
+
+
+@dataclass(frozen=True)
+class GPUType:
+    """One GPU model.
+
+    Units: ``bf16_tflops`` dense bf16 TFLOPS (1e12 FLOP/s); ``memory_gb`` GB (1e9 bytes);
+    ``hbm_gbps`` memory bandwidth GB/s (1e9 bytes/s); ``intra_link_gbps`` GPU<->GPU bandwidth
+    inside a node, GB/s per direction; ``node_nic_gbps`` default node network, Gbit/s.
+    """
+
+    name: str
+    bf16_tflops: float
+    memory_gb: float
+    hbm_gbps: float
+    intra_link: str = "pcie"
+    intra_link_gbps: float = 32.0
+    node_nic_gbps: float = 100.0
+    source: str = ""
+
+    @property
+    def flops(self) -> float:
+        """Peak dense bf16 FLOP/s."""
+        return self.bf16_tflops * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_gbps * 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "gpu") -> GPUType:
+        require(isinstance(data, Mapping), field, data, "must be a mapping")
+        known = set(cls.__dataclass_fields__)
+        extra = set(data) - known
+        require(not extra, f"{field}.{sorted(extra)[0]}" if extra else field, None,
+                f"unknown key; known keys: {sorted(known)}")
+        for key in ("name", "bf16_tflops", "memory_gb", "hbm_gbps"):
+            require(key in data, f"{field}.{key}", None, "is required")
+        name = data["name"]
+        require(isinstance(name, str) and name.strip() != "", f"{field}.name", name,
+                "must be a non-empty string")
+        kind = data.get("intra_link", "pcie")
+        require(kind in INTRA_LINK_KINDS, f"{field}.intra_link", kind,
+                f"must be one of {list(INTRA_LINK_KINDS)}")
+        tflops = positive(f"{field}.bf16_tflops", data["bf16_tflops"])
+        require(tflops <= 1e5, f"{field}.bf16_tflops", tflops, "must be <= 1e5 TFLOPS (units: TFLOPS)")
+        mem = positive(f"{field}.memory_gb", data["memory_gb"])
+        require(mem <= 1e4, f"{field}.memory_gb", mem, "must be <= 1e4 GB (units: GB)")
+        hbm = positive(f"{field}.hbm_gbps", data["hbm_gbps"])
+        require(hbm <= 1e5, f"{field}.hbm_gbps", hbm, "must be <= 1e5 GB/s (units: GB/s)")
+        return cls(
+            name=name,
+            bf16_tflops=tflops,
+            memory_gb=mem,
+            hbm_gbps=hbm,
+            intra_link=kind,
+            intra_link_gbps=positive(f"{field}.intra_link_gbps", data.get("intra_link_gbps", 32.0)),
+            node_nic_gbps=positive(f"{field}.node_nic_gbps", data.get("node_nic_gbps", 100.0)),
+            source=str(data.get("source", "")),
+        )
+
+
+@lru_cache(maxsize=1)
+def _catalog_file() -> tuple[dict[str, GPUType], dict[str, str]]:
+    text = resources.files("hetrl.data").joinpath("gpus.yaml").read_text()
+    raw = yaml.safe_load(text)
+    types = {}
+    for i, entry in enumerate(raw["gpus"]):
+        gpu = GPUType.from_dict(entry, field=f"gpus.yaml:gpus[{i}]")
+        types[gpu.name] = gpu
+    return types, dict(raw.get("aliases", {}))
+
+
+def gpu_catalog() -> dict[str, GPUType]:
+    """The built-in GPU types by name."""
+    return dict(_catalog_file()[0])
+
+
+def gpu_aliases() -> dict[str, str]:
+    """Short names accepted for built-in types (e.g. ``A100`` -> ``A100-80GB``)."""
+    return dict(_catalog_file()[1])
+
+
+def gpu_type(name: str, extra: Iterable[GPUType] = (), field: str = "gpu") -> GPUType:
+    """Resolve a GPU type by name (or alias), looking at ``extra`` user types first."""
+    for gpu in extra:
+        if gpu.name == name:
+            return gpu
+    types, aliases = _catalog_file()
+    resolved = aliases.get(name, name)
+    if resolved in types:
+        return types[resolved]
+    known = sorted(set(types) | set(aliases) | {g.name for g in extra})
+    raise SpecError(field, name, f"unknown GPU type; known: {', '.join(known)}")

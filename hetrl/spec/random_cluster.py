@@ -1,0 +1,40 @@
+"""Random clusters (for tests and scaling studies); every choice flows from ``seed``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
+from hetrl.spec.hardware import gpu_catalog
+
+
+def random_cluster(seed: int, num_nodes: int = 4, num_regions: int = 2,
+                   gpus: tuple[str, ...] | None = None, gpus_per_node: tuple[int, ...] = (1, 2, 4, 8),
+                   edge_probability: float = 0.0, name: str | None = None) -> ClusterSpec:
+    """``num_nodes`` nodes of random GPU types and sizes spread over ``num_regions`` regions.
+
+    Regions are fully connected with one-way delays drawn in [1, 60] ms and per-flow bandwidth in
+    [0.5, 10] Gbit/s; a node is an edge node with ``edge_probability`` (never the first node of a
+    region, so every region keeps a non-edge node).
+    """
+    rng = np.random.default_rng(seed)
+    types = gpus or tuple(gpu_catalog())
+    regions = [f"r{i}" for i in range(num_regions)]
+    nodes = []
+    for i in range(num_nodes):
+        region = regions[i % num_regions]
+        first_in_region = i < num_regions
+        nodes.append(NodeSpec(
+            name=f"n{i}",
+            gpu=str(types[int(rng.integers(len(types)))]),
+            count=int(gpus_per_node[int(rng.integers(len(gpus_per_node)))]),
+            region=region,
+            zone=str("ab"[int(rng.integers(2))]),
+            edge=bool(not first_in_region and rng.random() < edge_probability),
+        ))
+    used = sorted({n.region for n in nodes})
+    links = tuple(
+        RegionLink(a, b, round(float(rng.uniform(1, 60)), 3), round(float(rng.uniform(0.5, 10)), 3))
+        for i, a in enumerate(used) for b in used[i + 1:]
+    )
+    return ClusterSpec(name or f"random-{seed}", tuple(nodes), links)

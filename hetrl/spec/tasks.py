@@ -1,0 +1,70 @@
+"""The RL workflow's tasks and their dependencies, derived from the algorithm.
+
+PPO: actor generation -> {reward, reference, critic inference} -> {actor, critic training}.
+GRPO drops the critic (tasks critic_inference and critic_training). Weight sync (actor training
+-> generation engine) is a cost item of every plan, not a task with devices of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TASK_NAMES = (
+    "actor_generation",
+    "reward_inference",
+    "reference_inference",
+    "critic_inference",
+    "actor_training",
+    "critic_training",
+)
+WEIGHT_SYNC = "weight_sync"
+#: Every task name an estimate reports, in order (``weight_sync`` last).
+REPORTED_TASKS = TASK_NAMES + (WEIGHT_SYNC,)
+
+ALGORITHMS = ("ppo", "grpo")
+KINDS = ("generation", "inference", "training")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One task: its name, the model role it runs, its kind and the tasks it waits for."""
+
+    name: str
+    role: str
+    kind: str
+    depends_on: tuple[str, ...]
+    stage: int  # 0 generation, 1 inference, 2 training
+
+
+_ALL = {
+    "actor_generation": TaskInfo("actor_generation", "actor", "generation", (), 0),
+    "reward_inference": TaskInfo("reward_inference", "reward", "inference", ("actor_generation",), 1),
+    "reference_inference": TaskInfo("reference_inference", "reference", "inference",
+                                    ("actor_generation",), 1),
+    "critic_inference": TaskInfo("critic_inference", "critic", "inference", ("actor_generation",), 1),
+    "actor_training": TaskInfo("actor_training", "actor", "training",
+                               ("reward_inference", "reference_inference", "critic_inference"), 2),
+    "critic_training": TaskInfo("critic_training", "critic", "training",
+                                ("reward_inference", "reference_inference", "critic_inference"), 2),
+}
+
+
+def tasks_for(algorithm: str) -> tuple[TaskInfo, ...]:
+    """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks."""
+    if algorithm == "ppo":
+        names = TASK_NAMES
+    elif algorithm == "grpo":
+        names = tuple(n for n in TASK_NAMES if "critic" not in n)
+    else:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    present = set(names)
+    return tuple(
+        TaskInfo(t.name, t.role, t.kind, tuple(d for d in t.depends_on if d in present), t.stage)
+        for t in (_ALL[n] for n in names)
+    )
+
+
+def roles_for(algorithm: str) -> tuple[str, ...]:
+    """Model roles used by ``algorithm`` (GRPO has no critic)."""
+    return ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
+        "actor", "reference", "reward")

@@ -1,0 +1,183 @@
+"""WorkloadSpec: one RL post-training job (algorithm, models per role, batch, lengths)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hetrl.errors import SpecError, positive_int, require
+from hetrl.spec.lengths import LengthDist
+from hetrl.spec.model import ModelShape, resolve_model
+from hetrl.spec.tasks import ALGORITHMS, TaskInfo, roles_for, tasks_for
+
+MODES = ("sync", "async")
+PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
+OPTIMIZERS = ("adam", "adamw")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """An RL job.
+
+    ``models`` holds (role, shape) pairs for the roles the algorithm uses; use :meth:`model`.
+    ``batch_prompts`` prompts per iteration, each answered ``responses_per_prompt`` times.
+    Lengths are in tokens. ``micro_batch_size`` is sequences per training micro-batch and
+    ``inference_micro_batch_size`` sequences per inference forward; ``gen_max_concurrency`` caps
+    the sequences a generation replica decodes at once (vLLM ``max_num_seqs``).
+    ``optimizer_steps`` is PPO mini-batches (optimizer updates) per iteration.
+    ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
+    """
+
+    name: str
+    algorithm: str
+    mode: str
+    models: tuple[tuple[str, ModelShape], ...]
+    batch_prompts: int
+    responses_per_prompt: int
+    prompt_length: LengthDist
+    response_length: LengthDist
+    staleness: int = 0
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    micro_batch_size: int = 4
+    inference_micro_batch_size: int = 16
+    gen_max_concurrency: int = 256
+    optimizer_steps: int = 1
+    recompute: bool = False
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def __post_init__(self) -> None:
+        require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
+                f"must be one of {list(ALGORITHMS)}")
+        require(self.mode in MODES, "mode", self.mode, f"must be one of {list(MODES)}")
+        if self.mode == "sync":
+            require(self.staleness == 0, "staleness", self.staleness, "must be 0 in sync mode")
+        else:
+            positive_int("staleness", self.staleness)
+            require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
+        roles = [r for r, _ in self.models]
+        need = roles_for(self.algorithm)
+        for role in need:
+            require(role in roles, f"models.{role}", None, f"is required for {self.algorithm}")
+        for role in roles:
+            require(role in need, f"models.{role}", role,
+                    f"is not a role of {self.algorithm}; roles: {list(need)}")
+        require(len(set(roles)) == len(roles), "models", roles, "each role at most once")
+        require(self.models_by_role["reference"] == self.models_by_role["actor"],
+                "models.reference", self.models_by_role["reference"].name,
+                f"must equal the actor's shape ({self.models_by_role['actor'].name}): "
+                "the reference is a frozen copy of the initial actor")
+        positive_int("batch_prompts", self.batch_prompts)
+        positive_int("responses_per_prompt", self.responses_per_prompt)
+        for key in ("micro_batch_size", "inference_micro_batch_size", "gen_max_concurrency",
+                    "optimizer_steps"):
+            positive_int(key, getattr(self, key))
+        require(self.optimizer_steps <= self.samples, "optimizer_steps", self.optimizer_steps,
+                f"must be <= samples per iteration ({self.samples})")
+        require(self.precision in PRECISIONS, "precision", self.precision,
+                f"must be one of {list(PRECISIONS)}")
+        require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
+                f"must be one of {list(OPTIMIZERS)}")
+        require(self.schema_version == SCHEMA_VERSION, "schema_version", self.schema_version,
+                f"this hetrl reads version {SCHEMA_VERSION}")
+
+    # --- derived ---
+    @property
+    def models_by_role(self) -> dict[str, ModelShape]:
+        return dict(self.models)
+
+    def model(self, role: str) -> ModelShape:
+        for r, shape in self.models:
+            if r == role:
+                return shape
+        raise KeyError(role)
+
+    @property
+    def tasks(self) -> tuple[TaskInfo, ...]:
+        return tasks_for(self.algorithm)
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tasks)
+
+    def task(self, name: str) -> TaskInfo:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise SpecError("task", name, f"not a task of {self.algorithm}: {list(self.task_names)}")
+
+    @property
+    def samples(self) -> int:
+        """Sequences (prompt + response) per iteration."""
+        return self.batch_prompts * self.responses_per_prompt
+
+    @property
+    def bytes_per_value(self) -> int:
+        return PRECISIONS[self.precision]
+
+    def with_(self, **changes: Any) -> WorkloadSpec:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    # --- serialisation ---
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "algorithm": self.algorithm,
+            "mode": self.mode,
+            "staleness": self.staleness,
+            "models": {role: shape.to_dict() for role, shape in self.models},
+            "batch_prompts": self.batch_prompts,
+            "responses_per_prompt": self.responses_per_prompt,
+            "prompt_length": self.prompt_length.to_dict(),
+            "response_length": self.response_length.to_dict(),
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+            "micro_batch_size": self.micro_batch_size,
+            "inference_micro_batch_size": self.inference_micro_batch_size,
+            "gen_max_concurrency": self.gen_max_concurrency,
+            "optimizer_steps": self.optimizer_steps,
+            "recompute": self.recompute,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> WorkloadSpec:
+        """Build from a mapping. ``model: NAME`` sets every role; ``models: {role: ...}`` per role
+        (a preset name, a shape mapping or ``{hf_config: path}``); ``models`` overrides ``model``."""
+        require(isinstance(data, Mapping), "workload", type(data).__name__, "must be a mapping")
+        known = set(cls.__dataclass_fields__) | {"model"}
+        for key in data:
+            require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
+        for key in ("algorithm", "batch_prompts", "responses_per_prompt", "prompt_length",
+                    "response_length"):
+            require(key in data, key, None, "is required")
+        algorithm = data["algorithm"]
+        require(algorithm in ALGORITHMS, "algorithm", algorithm, f"must be one of {list(ALGORITHMS)}")
+        per_role: dict[str, Any] = {}
+        if "model" in data:
+            per_role = {role: data["model"] for role in roles_for(algorithm)}
+        given = data.get("models") or {}
+        require(isinstance(given, Mapping), "models", given, "must be a mapping role -> model")
+        per_role.update(given)
+        if "actor" in per_role and "reference" not in per_role:
+            per_role["reference"] = per_role["actor"]
+        models = tuple(
+            (role, resolve_model(per_role[role], f"models.{role}", base_dir))
+            for role in ("actor", "reference", "reward", "critic") if role in per_role
+        )
+        for role in per_role:
+            require(role in ("actor", "reference", "reward", "critic"), f"models.{role}", role,
+                    "unknown role; roles: actor, reference, reward, critic")
+        mode = data.get("mode", "sync")
+        values = {k: v for k, v in data.items() if k not in ("model", "models")}
+        values["models"] = models
+        values["mode"] = mode
+        values.setdefault("name", "custom")
+        values.setdefault("staleness", 1 if mode == "async" else 0)
+        values["prompt_length"] = LengthDist.from_dict(data["prompt_length"], "prompt_length")
+        values["response_length"] = LengthDist.from_dict(data["response_length"], "response_length")
+        return cls(**values)
