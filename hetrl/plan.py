@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from hetrl import __version__
@@ -39,7 +40,15 @@ class TaskPlacement:
     layers_per_stage: tuple[int, ...]
     data_weights: tuple[float, ...]
 
-    @property
+    def __hash__(self) -> int:  # placements key the cost model's caches: hash once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.task, self.dp, self.pp, self.tp, self.devices, self.layers_per_stage,
+                      self.data_weights))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    @cached_property
     def device_ids(self) -> tuple[int, ...]:
         """All devices of the task, replica-major, then stage, then tp rank."""
         return tuple(d for replica in self.devices for stage in replica for d in stage)
@@ -47,6 +56,7 @@ class TaskPlacement:
     def replica(self, i: int) -> tuple[tuple[int, ...], ...]:
         return self.devices[i]
 
+    @cached_property
     def data_shares(self) -> tuple[float, ...]:
         """Fraction of the batch each replica processes (sums to 1)."""
         total = sum(self.data_weights)
@@ -75,6 +85,12 @@ class TaskPlacement:
         grid = data["devices"]
         require(_is_grid(grid), f"{field_name}.devices", grid,
                 "must be a list (replicas) of lists (stages) of lists (tp ranks) of device ids")
+        require(isinstance(data["layers_per_stage"], list | tuple), f"{field_name}.layers_per_stage",
+                data["layers_per_stage"], "must be a list of layer counts, one per stage")
+        weights = data["data_weights"]
+        require(isinstance(weights, list | tuple) and all(
+            isinstance(w, int | float) and not isinstance(w, bool) for w in weights),
+            f"{field_name}.data_weights", weights, "must be a list of numbers, one per replica")
         return cls(
             task=str(data["task"]),
             dp=data["dp"],
@@ -171,6 +187,8 @@ class Plan:
         for i, g in enumerate(data["groups"]):
             require(isinstance(g, Mapping) and set(g) == {"tasks", "devices"}, f"groups[{i}]", g,
                     "must be a mapping with exactly 'tasks' and 'devices'")
+            require(isinstance(g["tasks"], list | tuple), f"groups[{i}].tasks", g["tasks"],
+                    "must be a list of task names")
             require(isinstance(g["devices"], list) and all(
                 isinstance(d, int) and not isinstance(d, bool) for d in g["devices"]),
                 f"groups[{i}].devices", g["devices"], "must be a list of device ids")

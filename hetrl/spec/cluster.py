@@ -206,6 +206,8 @@ class ClusterSpec:
         for key in data:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         require("nodes" in data, "nodes", None, "is required")
+        for key in ("gpu_types", "region_links"):
+            require(isinstance(data.get(key) or [], list), key, data.get(key), "must be a list")
         types = tuple(GPUType.from_dict(g, f"gpu_types[{i}]")
                       for i, g in enumerate(data.get("gpu_types") or []))
         nodes = _nodes_from(data["nodes"], types)
@@ -306,6 +308,17 @@ class Topology:
     hbm_Bps: np.ndarray
     memory_bytes: np.ndarray
     nic_Bps: np.ndarray  # per node
+    #: Caches of pure functions of this topology, filled by the cost model (key -> dict).
+    memo: dict = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def latency_rows(self) -> list[list[float]]:
+        """``latency_s`` as nested lists: fast scalar look-ups in hot loops."""
+        return self.latency_s.tolist()
+
+    @cached_property
+    def bandwidth_rows(self) -> list[list[float]]:
+        return self.bandwidth_Bps.tolist()
 
     @classmethod
     def build(cls, cluster: ClusterSpec) -> Topology:

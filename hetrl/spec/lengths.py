@@ -8,7 +8,7 @@ users state what they observe (mean and max response length), not a latent param
 
 from __future__ import annotations
 
-import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -38,6 +38,10 @@ class LengthDist:
 
     def __post_init__(self) -> None:
         require(self.kind in KINDS, "length.kind", self.kind, f"must be one of {list(KINDS)}")
+        for key in ("mean", "std"):
+            value = getattr(self, key)
+            require(isinstance(value, numbers.Real) and not isinstance(value, bool),
+                    f"length.{key}", value, "must be a number (tokens)")
         require(isinstance(self.max, int) and not isinstance(self.max, bool), "length.max",
                 self.max, "must be an integer")
         require(1 <= self.max <= MAX_TOKENS, "length.max", self.max,
@@ -107,6 +111,10 @@ class LengthDist:
             raise SpecError(f"{field}.{key}", data[key], f"unknown key; known keys: {sorted(known)}")
         require("max" in data, f"{field}.max", None, "is required")
         values = dict(data)
+        for key in ("max", "min"):
+            if key in values:
+                require(isinstance(values[key], int) and not isinstance(values[key], bool),
+                        f"{field}.{key}", values[key], "must be an integer (tokens)")
         kind = values.get("kind", "truncnorm")
         if kind == "fixed":
             values.setdefault("mean", values["max"])
@@ -122,15 +130,11 @@ class LengthDist:
 
 
 def _normal_weights(support: np.ndarray, loc: float, std: float) -> np.ndarray:
-    z = (support - loc) / std
-    w = np.exp(-0.5 * z * z)
-    total = w.sum()
-    if total <= 0 or not math.isfinite(total):
-        # Far tail: all mass at the nearest end.
-        w = np.zeros_like(z)
-        w[0 if loc < support[0] else -1] = 1.0
-        total = 1.0
-    return w / total
+    # Log-weights relative to the support point nearest loc, in a cancellation-free form, so
+    # the far tail (loc well outside [min, max]) keeps its shape instead of underflowing.
+    ref = min(max(loc, support[0]), support[-1])
+    w = np.exp(-(support - ref) * (support + ref - 2 * loc) / (2 * std * std))
+    return w / w.sum()
 
 
 @lru_cache(maxsize=256)
@@ -144,7 +148,10 @@ def _pmf(dist: LengthDist) -> np.ndarray:
         out = np.full(n, 1.0 / n)
     else:
         # Solve loc so that the truncated mean equals dist.mean (mean is monotone in loc).
-        lo, hi = dist.min - 20 * dist.std - dist.max, dist.max + 20 * dist.std + dist.max
+        # A mean within d of an end needs loc about std^2 / d beyond that end.
+        var = dist.std * dist.std
+        lo = dist.min - 20 * dist.std - dist.max - var / (dist.mean - dist.min)
+        hi = 2 * dist.max + 20 * dist.std + var / (dist.max - dist.mean)
         for _ in range(100):
             mid = 0.5 * (lo + hi)
             if float(np.dot(support, _normal_weights(support, mid, dist.std))) < dist.mean:

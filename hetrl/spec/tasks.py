@@ -8,6 +8,7 @@ GRPO drops the critic (tasks critic_inference and critic_training). Weight sync 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 TASK_NAMES = (
     "actor_generation",
@@ -49,6 +50,7 @@ _ALL = {
 }
 
 
+@lru_cache(maxsize=8)
 def tasks_for(algorithm: str) -> tuple[TaskInfo, ...]:
     """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks."""
     if algorithm == "ppo":

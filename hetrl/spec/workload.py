@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,15 @@ class WorkloadSpec:
     def task_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tasks)
 
+    @cached_property
+    def _task_index(self) -> dict[str, TaskInfo]:
+        return {t.name: t for t in self.tasks}
+
     def task(self, name: str) -> TaskInfo:
-        for t in self.tasks:
-            if t.name == name:
-                return t
-        raise SpecError("task", name, f"not a task of {self.algorithm}: {list(self.task_names)}")
+        info = self._task_index.get(name)
+        if info is None:
+            raise SpecError("task", name, f"not a task of {self.algorithm}: {list(self.task_names)}")
+        return info
 
     @property
     def samples(self) -> int:

@@ -1,0 +1,95 @@
+"""``hetrl estimate`` and ``hetrl bound``: the cost model from the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetrl.cli import _json_flag, command, emit
+from hetrl.errors import HetrlError
+
+
+def _estimate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
+    p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--plan", "-p", help="plan JSON/YAML file")
+    src.add_argument("--colocate", action="store_true",
+                     help="build a plan: every task on every device with one layout (--tp/--pp/--dp)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size for --colocate")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size for --colocate")
+    p.add_argument("--dp", type=int, default=None,
+                   help="data-parallel size for --colocate (default: devices / (tp*pp))")
+    p.add_argument("--params", help="cost-model parameters YAML (e.g. from `hetrl calibrate`)")
+    p.add_argument("--save-plan", help="with --colocate: also write the built plan to this file")
+    _json_flag(p)
+
+
+def load_params(path: str | None):
+    from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+    from hetrl.io import read_mapping
+
+    if path is None:
+        return DEFAULT_PARAMS
+    return CostParams.from_dict(read_mapping(path, "params"))
+
+
+def _format(est, workload, cluster) -> str:
+    lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
+             f"({est.throughput_samples_per_s:.2f} samples/s, "
+             f"{est.throughput_tokens_per_s:,.0f} tokens/s)"
+             + ("" if est.feasible else "  ** INFEASIBLE **")]
+    lines.append(f"  {'task':<21}{'seconds':>10}   breakdown")
+    for task, seconds in est.tasks.items():
+        parts = est.parts.get(task, {})
+        detail = ", ".join(f"{k} {v:.2f}" for k, v in parts.items() if v > 0.005)
+        lines.append(f"  {task:<21}{seconds:>10.2f}   {detail}")
+    mem = est.peak_memory_gb
+    if mem:
+        hi = max(mem, key=mem.get)
+        lines.append(f"  peak memory: max {mem[hi]:.1f} GB on device {hi}, min {min(mem.values()):.1f} GB")
+    if workload.mode == "async":
+        lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (overlapped)")
+    for v in est.violations:
+        lines.append(f"  violation: {v}")
+    return "\n".join(lines)
+
+
+@command("estimate", "estimate one iteration of a plan with the analytical cost model",
+         _estimate_args)
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from hetrl.cost.model import CostModel
+    from hetrl.io import load_cluster, load_plan, load_workload, save_plan
+    from hetrl.plan import colocated_plan
+
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    params = load_params(args.params)
+    if args.colocate:
+        plan = colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp)
+        if args.save_plan:
+            save_plan(plan, args.save_plan)
+    else:
+        if args.save_plan:
+            raise HetrlError("--save-plan goes with --colocate")
+        plan = load_plan(args.plan)
+    est = CostModel(workload, cluster, params).estimate(plan)
+    emit(args, est.to_dict(), _format(est, workload, cluster))
+    return 0
+
+
+def _bound_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
+    p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    _json_flag(p)
+
+
+@command("bound", "the physical lower bound of one iteration (all GPUs at peak)", _bound_args)
+def cmd_bound(args: argparse.Namespace) -> int:
+    from hetrl.cost.bound import lower_bound
+    from hetrl.io import load_cluster, load_workload
+
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    b = lower_bound(workload, cluster)
+    emit(args, b, f"{workload.name} on {cluster.name}: no plan can beat "
+                  f"{b['iteration_s_lower_bound']:.2f} s per iteration (compute "
+                  f"{b['compute_bound_s']:.2f} s, memory {b['memory_bound_s']:.2f} s at peak)")
+    return 0

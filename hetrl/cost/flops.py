@@ -1,0 +1,95 @@
+"""FLOPs and bytes of one model on one pipeline stage of one tensor-parallel rank.
+
+Sources: Kaplan et al. 2020 and Narayanan et al. 2021 (2 FLOPs per parameter per token forward,
+backward twice the forward); attention scores 4 x context x (heads x head_dim) FLOPs per token per
+layer (QK^T and AV); Korthikanti et al. 2022 for activation memory (34 x tokens x hidden bytes per
+layer with flash attention and sequence parallelism, divided by tp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from hetrl.spec.model import ModelShape
+
+#: Roles whose model ends in a vocabulary head (log-probs); reward and critic end in a scalar head.
+LM_HEAD_ROLES = frozenset({"actor", "reference"})
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """One pipeline stage of ``layers`` layers of ``model`` split over ``tp`` ranks.
+
+    All quantities are per tensor-parallel rank: FLOPs per token (forward), bytes of weights, KV
+    bytes per token, attention FLOPs per token per context token.
+    """
+
+    model: ModelShape
+    layers: int
+    tp: int
+    first: bool
+    last: bool
+    lm_head: bool
+    bytes_per_value: int
+
+    @cached_property
+    def params(self) -> float:
+        """Parameters held by one rank of this stage."""
+        m = self.model
+        p = self.layers * m.params_per_layer
+        if self.first:
+            p += m.vocab * m.hidden
+        if self.last:
+            if self.lm_head and not (m.tied_embeddings and self.first):
+                p += m.vocab * m.hidden
+            elif not self.lm_head:
+                p += m.hidden  # scalar value head
+            p += m.hidden  # final norm
+        return p / self.tp
+
+    @cached_property
+    def weight_bytes(self) -> float:
+        return self.params * self.bytes_per_value
+
+    @cached_property
+    def matmul_flops_per_token(self) -> float:
+        """Forward FLOPs per token of the dense matmuls (no attention scores, no embedding look-up)."""
+        m = self.model
+        f = 2.0 * self.layers * (m.attn_params_per_layer + m.mlp_params_per_layer)
+        if self.last:
+            f += 2.0 * m.hidden * (m.vocab if self.lm_head else 1)
+        return f / self.tp
+
+    @cached_property
+    def attn_flops_per_token_ctx(self) -> float:
+        """Forward attention-score FLOPs per token per token of context."""
+        m = self.model
+        return 4.0 * self.layers * m.heads * m.head_dim / self.tp
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token held by one rank (KV heads replicate when tp > kv_heads)."""
+        m = self.model
+        kv_heads = max(m.kv_heads / self.tp, 1.0)
+        return 2.0 * self.layers * kv_heads * m.head_dim * self.bytes_per_value
+
+    def activation_bytes(self, tokens: float, recompute: bool, act_coeff: float) -> float:
+        """Stored activations of ``tokens`` tokens through this stage for the backward pass."""
+        per_layer = (2.0 if recompute else act_coeff) * tokens * self.model.hidden / self.tp
+        return self.layers * per_layer
+
+    def logits_bytes(self, tokens: float) -> float:
+        """Materialised vocabulary logits of ``tokens`` tokens (bf16, vocab-parallel over tp)."""
+        if not (self.last and self.lm_head):
+            return 0.0
+        return tokens * self.model.vocab * 2.0 / self.tp
+
+
+def stage_shapes(model: ModelShape, layers_per_stage: tuple[int, ...], tp: int, lm_head: bool,
+                 bytes_per_value: int) -> tuple[StageShape, ...]:
+    pp = len(layers_per_stage)
+    return tuple(
+        StageShape(model, n, tp, j == 0, j == pp - 1, lm_head, bytes_per_value)
+        for j, n in enumerate(layers_per_stage)
+    )

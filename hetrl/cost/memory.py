@@ -1,0 +1,50 @@
+"""Memory per device: resident model states plus the largest working set of the tasks on it.
+
+Resident (kept for the whole iteration): bf16 weights of every model copy on the device (a model
+used by two tasks on one device with the same shard is stored once; async mode keeps a separate
+generation copy of the actor); for trained models also gradients (``grad_bytes`` per parameter)
+and Adam states (``optimizer_state_bytes`` per parameter, sharded over DP as in Megatron's
+distributed optimizer). Working (one task at a time, since tasks sharing a device run one after
+another): training -- activations of the micro-batches in flight under 1F1B (stage j holds
+min(pp - j, m) of them; Korthikanti et al. 2022) plus one micro-batch's logits; inference -- one
+micro-batch's logits and a layer's activations; generation -- the KV cache, which takes what is
+left (vLLM-style), and must hold at least one max-length sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetrl.cost.flops import StageShape
+from hetrl.cost.lengths import LengthStats
+from hetrl.cost.params import CostParams
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One task's memory on one device (bytes). ``copy`` names the model copy whose weights
+    these are; ``state_bytes`` are gradients + optimizer states of a trained model."""
+
+    copy: str
+    weight_bytes: float
+    state_bytes: float
+    working_bytes: float
+
+
+def task_memory(kind: str, copy: str, shape: StageShape, stage_index: int, pp: int, dp: int,
+                n: float, mbs: int, L: LengthStats, params: CostParams,
+                recompute: bool) -> DeviceMemory:
+    """Memory of one tasklet (a stage rank of a replica holding ``n`` sequences)."""
+    if kind == "generation":
+        return DeviceMemory(copy, shape.weight_bytes, 0.0, 0.0)
+    seqs = min(float(mbs), max(n, 1.0))
+    tokens = seqs * L.seq_mean
+    if kind == "inference":
+        act = 16.0 * tokens * shape.model.hidden / shape.tp  # one layer's live tensors
+        return DeviceMemory(copy, shape.weight_bytes, 0.0, act + shape.logits_bytes(tokens))
+    micro = max(1, math.ceil(n / mbs))
+    in_flight = min(pp - stage_index, micro)
+    act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
+    states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)
+    return DeviceMemory(copy, shape.weight_bytes, states, act + shape.logits_bytes(tokens))

@@ -1,0 +1,123 @@
+"""Calibration parameters of the cost model: named efficiency factors with documented defaults.
+
+An efficiency factor is achieved / peak for one kernel kind on one GPU type. ``defaults`` holds
+one value per kind; ``per_gpu`` overrides it for a GPU type. ``hetrl calibrate`` fits these from
+traces; ``hetrl estimate --params FILE`` loads them. Defaults and their sources: docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
+from typing import Any
+
+from hetrl.errors import SpecError, require
+
+#: Kernel kinds with an efficiency factor, and the default achieved/peak of each.
+KERNEL_KINDS: dict[str, float] = {
+    # Training forward+backward matmuls (MFU). Megatron reaches 40-48% on large models; smaller
+    # models, RL-sized sequences and mixed GPU generations do worse: 0.40.
+    "train_flops": 0.40,
+    # Inference forward passes and prefill: larger kernels without a backward: 0.50.
+    "infer_flops": 0.50,
+    # Decode-step matmuls at small batch sizes: 0.40 of peak when they are compute-bound.
+    "decode_flops": 0.40,
+    # HBM streaming during decode (weights + KV cache): public reports see ~77% of the roofline
+    # for single-stream decode; paged attention and sampling cost some: 0.70.
+    "decode_hbm": 0.70,
+    # Other HBM-bound kernels (optimizer step, weight reads of inference micro-batches): 0.80.
+    "hbm": 0.80,
+    # Achieved fraction of a link's nominal bandwidth for bulk transfers and collectives: 0.80.
+    "link": 0.80,
+}
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Every tunable constant of the cost model (units in the names).
+
+    ``eta``: None derives the overlap of independent tasks from the device grouping (tasks sharing
+    a device run one after another, disjoint ones in parallel); a number in [0, 1] forces the
+    paper's Phi = eta * max + (1 - eta) * sum over each stage's tasks.
+    """
+
+    defaults: tuple[tuple[str, float], ...] = tuple(KERNEL_KINDS.items())
+    per_gpu: tuple[tuple[str, str, float], ...] = ()
+    decode_step_overhead_s: float = 1e-3  # scheduler, sampling and launch time per decode step
+    prefill_chunk_tokens: int = 8192  # vLLM max_num_batched_tokens: one prefill chunk
+    usable_memory_fraction: float = 0.92  # rest: CUDA context, allocator fragmentation
+    grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
+    optimizer_state_bytes: int = 12  # fp32 master copy + Adam m and v, sharded over DP (ZeRO-1)
+    optimizer_step_hbm_bytes: int = 32  # HBM traffic per parameter of one Adam step (read+write)
+    activation_bytes_per_token_hidden: float = 34.0  # Korthikanti et al. 2022, flash attention
+    eta: float | None = None
+
+    def __post_init__(self) -> None:
+        for kind, value in self.defaults:
+            require(kind in KERNEL_KINDS, f"params.defaults.{kind}", value,
+                    f"unknown kernel kind; kinds: {list(KERNEL_KINDS)}")
+            require(0 < value <= 1, f"params.defaults.{kind}", value, "must be in (0, 1]")
+        for gpu, kind, value in self.per_gpu:
+            require(kind in KERNEL_KINDS, f"params.per_gpu.{gpu}.{kind}", value,
+                    f"unknown kernel kind; kinds: {list(KERNEL_KINDS)}")
+            require(0 < value <= 1, f"params.per_gpu.{gpu}.{kind}", value, "must be in (0, 1]")
+        require(self.decode_step_overhead_s >= 0, "params.decode_step_overhead_s",
+                self.decode_step_overhead_s, "must be >= 0 seconds")
+        require(self.prefill_chunk_tokens >= 1, "params.prefill_chunk_tokens",
+                self.prefill_chunk_tokens, "must be >= 1")
+        require(0 < self.usable_memory_fraction <= 1, "params.usable_memory_fraction",
+                self.usable_memory_fraction, "must be in (0, 1]")
+        if self.eta is not None:
+            require(0 <= self.eta <= 1, "params.eta", self.eta, "must be in [0, 1] or null")
+
+    @cached_property
+    def _table(self) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+        return ({(g, k): v for g, k, v in self.per_gpu}, {**KERNEL_KINDS, **dict(self.defaults)})
+
+    def efficiency(self, gpu: str, kind: str) -> float:
+        """Achieved / peak of kernel ``kind`` on GPU type ``gpu``."""
+        per, default = self._table
+        return per.get((gpu, kind)) or default[kind]
+
+    def with_efficiency(self, gpu: str | None, kind: str, value: float) -> CostParams:
+        """A copy with one factor set (``gpu`` None sets the default of ``kind``)."""
+        if gpu is None:
+            d = dict(self.defaults)
+            d[kind] = value
+            return replace(self, defaults=tuple(d.items()))
+        rest = tuple(x for x in self.per_gpu if not (x[0] == gpu and x[1] == kind))
+        return replace(self, per_gpu=rest + ((gpu, kind, value),))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["defaults"] = dict(self.defaults)
+        per: dict[str, dict[str, float]] = {}
+        for g, k, v in self.per_gpu:
+            per.setdefault(g, {})[k] = v
+        out["per_gpu"] = per
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CostParams:
+        require(isinstance(data, Mapping), "params", data, "must be a mapping")
+        known = set(cls.__dataclass_fields__)
+        for key in data:
+            require(key in known, f"params.{key}", data[key], f"unknown key; known: {sorted(known)}")
+        values = dict(data)
+        defaults = dict(KERNEL_KINDS)
+        raw_defaults = values.pop("defaults", {}) or {}
+        require(isinstance(raw_defaults, Mapping), "params.defaults", raw_defaults, "must be a mapping")
+        defaults.update({k: float(v) for k, v in raw_defaults.items()})
+        raw_per = values.pop("per_gpu", {}) or {}
+        require(isinstance(raw_per, Mapping), "params.per_gpu", raw_per,
+                "must be a mapping gpu -> {kind: value}")
+        per = tuple((str(g), str(k), float(v)) for g, kinds in raw_per.items()
+                    for k, v in dict(kinds).items())
+        try:
+            return cls(defaults=tuple(defaults.items()), per_gpu=per, **values)
+        except TypeError as exc:
+            raise SpecError("params", data, str(exc)) from None
+
+
+DEFAULT_PARAMS = CostParams()
