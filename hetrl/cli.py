@@ -154,4 +154,8 @@ def _load_command_modules() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under `python -m hetrl.cli` this module is `__main__`, but command modules register on
+    # `hetrl.cli`: run that module's main so that every command is there.
+    from hetrl.cli import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,174 @@
+"""Workloads: the paper's presets, task graphs, round trip, per-role models, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hetrl.errors import SpecError
+from hetrl.io import load_workload
+from hetrl.spec.model import model_preset
+from hetrl.spec.presets import WORKLOAD_PRESETS, workload_preset
+from hetrl.spec.tasks import tasks_for
+from hetrl.spec.workload import WorkloadSpec
+
+PRESET_NAMES = [f"qwen3-{size}-{alg}-{mode}" for size in ("4b", "8b", "14b")
+                for alg in ("ppo", "grpo") for mode in ("sync", "async")]
+
+
+def test_exactly_the_twelve_paper_presets():
+    assert sorted(WORKLOAD_PRESETS) == sorted(PRESET_NAMES)
+    assert len(PRESET_NAMES) == 12
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_preset_matches_the_paper(name):
+    w = workload_preset(name)
+    size, alg, mode = name.split("-")[1:]
+    assert (w.name, w.algorithm, w.mode) == (name, alg, mode)
+    assert w.staleness == (1 if mode == "async" else 0)
+    assert (w.batch_prompts, w.responses_per_prompt, w.samples) == (384, 8, 3072)
+    assert w.prompt_length.max == w.response_length.max == 1024
+    assert (w.prompt_length.mean, w.response_length.mean) == (256, 512)
+    actor = model_preset(f"Qwen3-{size.upper()}")
+    assert all(shape == actor for _, shape in w.models)
+    assert w.model("reference") == w.model("actor")
+
+
+def test_grpo_has_four_tasks_and_no_critic():
+    w = workload_preset("qwen3-8b-grpo-sync")
+    assert w.task_names == ("actor_generation", "reward_inference", "reference_inference",
+                            "actor_training")
+    assert [r for r, _ in w.models] == ["actor", "reference", "reward"]
+    assert w.task("actor_training").depends_on == ("reward_inference", "reference_inference")
+    with pytest.raises(KeyError):
+        w.model("critic")
+
+
+def test_ppo_has_six_tasks_generation_then_inference_then_training():
+    w = workload_preset("qwen3-8b-ppo-sync")
+    tasks = {t.name: t for t in w.tasks}
+    assert len(tasks) == 6
+    assert {n: t.kind for n, t in tasks.items()} == {
+        "actor_generation": "generation", "reward_inference": "inference",
+        "reference_inference": "inference", "critic_inference": "inference",
+        "actor_training": "training", "critic_training": "training"}
+    inference = ("reward_inference", "reference_inference", "critic_inference")
+    assert tasks["actor_generation"].depends_on == ()
+    for name in inference:
+        assert tasks[name].depends_on == ("actor_generation",)
+    for name in ("actor_training", "critic_training"):
+        assert tasks[name].depends_on == inference
+    # Every dependency points to an earlier stage.
+    for t in tasks.values():
+        assert all(tasks[d].stage < t.stage for d in t.depends_on)
+    assert tasks["critic_training"].role == "critic"
+
+
+def test_unknown_task_is_a_spec_error(ppo8b):
+    with pytest.raises(SpecError) as err:
+        workload_preset("qwen3-8b-grpo-sync").task("critic_training")
+    assert err.value.field == "task"
+    assert ppo8b.task("critic_training").kind == "training"
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        tasks_for("dpo")
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_round_trip_exact(name):
+    w = workload_preset(name)
+    d = w.to_dict()
+    assert WorkloadSpec.from_dict(d) == w
+    assert WorkloadSpec.from_dict(json.loads(json.dumps(d))) == w
+    assert WorkloadSpec.from_dict(yaml.safe_load(yaml.safe_dump(d))) == w
+    assert WorkloadSpec.from_dict(d).to_dict() == d
+
+
+BASE = {"algorithm": "ppo", "batch_prompts": 16, "responses_per_prompt": 4,
+        "prompt_length": {"mean": 128, "max": 512, "std": 64},
+        "response_length": {"mean": 256, "max": 512, "std": 128}}
+
+
+def test_model_shorthand_sets_every_role():
+    w = WorkloadSpec.from_dict({**BASE, "model": "Qwen3-4B"})
+    assert [r for r, _ in w.models] == ["actor", "reference", "reward", "critic"]
+    assert {s.name for _, s in w.models} == {"Qwen3-4B"}
+    assert (w.name, w.mode, w.staleness) == ("custom", "sync", 0)
+
+
+def test_per_role_models_with_different_sizes():
+    w = WorkloadSpec.from_dict({**BASE, "models": {
+        "actor": "Qwen3-8B", "critic": "Qwen3-4B", "reward": "Qwen3-4B"}})
+    assert w.model("actor").params == 8_190_726_144
+    assert w.model("reference") == w.model("actor")        # defaults to the actor
+    assert w.model("critic").name == w.model("reward").name == "Qwen3-4B"
+    assert WorkloadSpec.from_dict(w.to_dict()) == w
+
+
+def test_models_override_the_shorthand():
+    w = WorkloadSpec.from_dict({**BASE, "model": "Qwen3-8B", "models": {"critic": "Qwen3-4B"}})
+    assert w.model("actor").name == "Qwen3-8B" and w.model("critic").name == "Qwen3-4B"
+
+
+def test_async_defaults_to_staleness_one_and_fixed_lengths_are_integers():
+    w = WorkloadSpec.from_dict({**BASE, "model": "Qwen3-4B", "mode": "async",
+                                "prompt_length": 100})
+    assert w.staleness == 1
+    assert w.prompt_length.kind == "fixed" and w.prompt_length.mean == 100
+
+
+def test_workload_file_with_hf_config_relative_to_the_file(tmp_path):
+    (tmp_path / "critic").mkdir()
+    cfg = {"hidden_size": 2560, "intermediate_size": 9728, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36,
+           "vocab_size": 151936, "tie_word_embeddings": True}
+    (tmp_path / "critic" / "config.json").write_text(json.dumps(cfg))
+    spec = {**BASE, "name": "mine", "models": {"actor": "Qwen3-8B", "reward": "Qwen3-8B",
+                                               "critic": {"hf_config": "critic/config.json"}}}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    w = load_workload(path)
+    assert w.name == "mine"
+    assert w.model("critic").params == model_preset("Qwen3-4B").params
+
+
+@pytest.mark.parametrize(("change", "field", "problem"), [
+    ({"algorithm": "dpo"}, "algorithm", "must be one of ['ppo', 'grpo']"),
+    ({"staleness": 2}, "staleness", "must be 0 in sync mode"),
+    ({"mode": "async", "staleness": 0}, "staleness", "must be >= 1"),
+    ({"mode": "semi"}, "mode", "must be one of"),
+    ({"algorithm": "grpo", "models": {"critic": "Qwen3-4B"}}, "models.critic",
+     "not a role of grpo"),
+    ({"models": {"reference": "Qwen3-4B"}}, "models.reference", "must equal the actor"),
+    ({"models": {"judge": "Qwen3-4B"}}, "models.judge", "unknown role"),
+    ({"model": "GPT-5"}, "models.actor", "unknown model"),
+    ({"batch_prompts": 0}, "batch_prompts", "must be >= 1"),
+    ({"responses_per_prompt": 2.5}, "responses_per_prompt", "must be an integer"),
+    ({"precision": "int4"}, "precision", "must be one of"),
+    ({"optimizer_steps": 10_000}, "optimizer_steps", "must be <= samples per iteration (64)"),
+    ({"response_length": {"mean": 600, "max": 512, "std": 10}}, "response_length.mean",
+     "must be in [min=1, max=512]"),
+    ({"batch": 16}, "batch", "unknown key"),
+])
+def test_errors_name_the_field(change, field, problem):
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**BASE, "model": "Qwen3-8B", **change})
+    assert err.value.field == field
+    assert problem in str(err.value)
+
+
+def test_missing_required_key_and_missing_role():
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({k: v for k, v in BASE.items() if k != "batch_prompts"})
+    assert err.value.field == "batch_prompts" and "required" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**BASE, "models": {"actor": "Qwen3-8B", "reward": "Qwen3-8B"}})
+    assert err.value.field == "models.critic" and "required for ppo" in str(err.value)
+
+
+def test_with_revalidates(ppo8b):
+    assert ppo8b.with_(batch_prompts=64).samples == 512
+    with pytest.raises(SpecError, match="staleness"):
+        ppo8b.with_(staleness=3)

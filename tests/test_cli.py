@@ -1,0 +1,264 @@
+"""The ``hetrl`` command, run in-process (plus one real subprocess for the console script)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hetrl.cli import COMMANDS, main
+from hetrl.io import save_plan
+from hetrl.plan import colocated_plan
+from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CORE_COMMANDS = ("presets", "describe", "validate")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, err, *fragments):
+    """Exit code 2, one line on stderr, no traceback."""
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("hetrl ") and ": error: " in lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# --- presets -------------------------------------------------------------------------------------
+
+def test_presets_json(capsys):
+    code, out, err = run(capsys, "presets", "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert set(data) == {"workloads", "clusters", "gpus", "models"}
+    assert data["workloads"] == list(WORKLOAD_PRESETS)
+    assert len(data["workloads"]) == 12 and "qwen3-14b-grpo-async" in data["workloads"]
+    assert data["clusters"] == list(CLUSTER_PRESETS)
+    assert {"paper64-single-region", "paper64-multi-region-hybrid", "paper64-multi-country",
+            "paper64-multi-continent"} <= set(data["clusters"])
+    assert sorted(data["gpus"]) == sorted(["A100-80GB", "A100-40GB", "H100", "H200", "L40S",
+                                           "L4", "A10G"])
+    assert {"Qwen3-4B", "Qwen3-8B", "Qwen3-14B"} <= set(data["models"])
+
+
+def test_presets_text(capsys):
+    code, out, _ = run(capsys, "presets")
+    assert code == 0
+    assert "paper64-multi-continent" in out
+    a100 = next(line for line in out.splitlines() if line.strip().startswith("A100-80GB "))
+    assert a100.split() == ["A100-80GB", "312", "TFLOPS", "80", "GB", "2039", "GB/s", "nvlink"]
+    qwen = next(line for line in out.splitlines() if line.strip().startswith("Qwen3-8B "))
+    assert qwen.split() == ["Qwen3-8B", "8.19", "B", "params"]
+
+
+# --- describe ------------------------------------------------------------------------------------
+
+def test_describe_multi_continent_json(capsys):
+    code, out, _ = run(capsys, "describe", "paper64-multi-continent", "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["num_devices"] == 64
+    assert info["gpu_types"] == {"A100-80GB": 24, "L40S": 24, "L4": 16}
+    assert len(info["regions"]) == 8
+    assert set(info["one_way_latency_s"]) == set(info["bandwidth_gbps"]) == {"min", "max"}
+    assert 0.0045 <= info["one_way_latency_s"]["min"] < info["one_way_latency_s"]["max"] <= 0.061
+    assert info["bandwidth_gbps"] == {"min": pytest.approx(0.83), "max": pytest.approx(5.0)}
+
+
+def test_describe_cluster_text(capsys):
+    code, out, _ = run(capsys, "describe", "paper64-multi-region-hybrid")
+    assert code == 0
+    assert out.startswith("cluster paper64-multi-region-hybrid: 64 GPUs in 8 nodes, 2 region(s)")
+    assert "edge nodes: n6-L4, n7-L4" in out
+
+
+def test_describe_workload(capsys):
+    code, out, _ = run(capsys, "describe", "qwen3-8b-ppo-sync")
+    assert code == 0
+    assert out.startswith("workload qwen3-8b-ppo-sync: PPO sync")
+    assert "384 prompts x 8 responses = 3072 samples" in out
+    assert "critic_training" in out
+    code, out, _ = run(capsys, "describe", "qwen3-8b-ppo-sync", "--json")
+    info = json.loads(out)
+    assert info["models"]["actor"]["params"] == 8_190_726_144
+    assert len(info["tasks"]) == 6
+    assert info["tasks"]["actor_training"]["depends_on"] == [
+        "reward_inference", "reference_inference", "critic_inference"]
+    assert info["tokens_per_iteration"] == 3072 * (256 + 512)
+
+
+# --- example files -------------------------------------------------------------------------------
+
+def test_describe_example_cluster(capsys):
+    code, out, _ = run(capsys, "describe", str(EXAMPLES / "cluster-mixed.yaml"), "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["name"] == "mixed-example"
+    assert info["regions"] == ["us-east-1", "us-east-2", "eu-west-1"]
+    assert info["gpu_types"] == {"A100-80GB": 16, "L40S": 8, "RTX-A6000": 4, "L4": 8, "H100": 8}
+    assert info["edge_nodes"] == ["va-edge-l4.0", "va-edge-l4.1"]
+    assert info["bandwidth_gbps"]["min"] == pytest.approx(0.5)   # the edge uplink
+
+
+def test_describe_example_workload(capsys):
+    code, out, _ = run(capsys, "describe", str(EXAMPLES / "workload-ppo-mixed-sizes.yaml"),
+                       "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert (info["algorithm"], info["mode"], info["staleness"]) == ("ppo", "async", 1)
+    sizes = {role: m["name"] for role, m in info["models"].items()}
+    assert sizes == {"actor": "Qwen3-8B", "reference": "Qwen3-8B", "reward": "Qwen3-4B",
+                     "critic": "Qwen3-4B"}
+    assert info["samples"] == 1024
+
+
+def test_validate_example_plan(capsys):
+    code, out, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                         "-p", str(EXAMPLES / "plan-qwen3-4b-grpo-a100x8.yaml"))
+    assert (code, err) == (0, "")
+    assert out.strip() == "plan is valid: 4 tasks on 8 devices"
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+def test_validate_saved_plan(capsys, tmp_path, ppo8b, paper_clusters):
+    path = tmp_path / "plan.json"
+    save_plan(colocated_plan(ppo8b, paper_clusters["multi-country"], tp=4), path)
+    code, out, err = run(capsys, "validate", "-w", "qwen3-8b-ppo-sync",
+                         "-c", "paper64-multi-country", "-p", str(path))
+    assert (code, err) == (0, "")
+    assert out.strip() == "plan is valid: 6 tasks on 64 devices"
+    code, out, _ = run(capsys, "validate", "--workload", "qwen3-8b-ppo-sync",
+                       "--cluster", "paper64-multi-country", "--plan", str(path), "--json")
+    assert code == 0
+    assert json.loads(out) == {"valid": True, "tasks": list(ppo8b.task_names), "devices": 64}
+
+
+def test_validate_with_spec_files(capsys, tmp_path, grpo4b, a100x8):
+    (tmp_path / "w.json").write_text(json.dumps(grpo4b.to_dict()))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(a100x8.to_dict()))
+    save_plan(colocated_plan(grpo4b, a100x8, tp=8), tmp_path / "p.yaml")
+    code, out, _ = run(capsys, "validate", "-w", str(tmp_path / "w.json"),
+                       "-c", str(tmp_path / "c.yaml"), "-p", str(tmp_path / "p.yaml"))
+    assert code == 0 and "valid" in out
+
+
+# --- bad input: exit code 2, one line, no traceback ----------------------------------------------
+
+def test_unknown_preset(capsys):
+    code, _, err = run(capsys, "describe", "paper128-moon")
+    assert_user_error(code, err, "hetrl describe: error:", "paper128-moon", "hetrl presets")
+    code, _, err = run(capsys, "validate", "-w", "qwen3-70b-ppo-sync", "-c", "a100x8",
+                       "-p", "plan.json")
+    assert_user_error(code, err, "workload = 'qwen3-70b-ppo-sync'", "neither a preset nor a file")
+
+
+def test_malformed_file(capsys, tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes: [{gpu: A100, count: 8\n")
+    code, _, err = run(capsys, "describe", str(path))
+    assert_user_error(code, err, "malformed yaml")
+    plan = tmp_path / "plan.json"
+    plan.write_text("{\"groups\": [")
+    code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                       "-p", str(plan))
+    assert_user_error(code, err, "malformed json")
+
+
+def test_bad_field_in_a_spec_file(capsys, tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"nodes": [{"gpu": "A100", "region": "x"},
+                                              {"gpu": "L4", "region": "y"}],
+                                    "region_links": [{"a": "x", "b": "y", "latency_ms": 60000,
+                                                      "bandwidth_gbps": 1}]}))
+    code, _, err = run(capsys, "describe", str(path))
+    assert_user_error(code, err, "cluster.yaml: region_links[0].latency_ms = 60000",
+                      "units: milliseconds")
+
+
+def test_invalid_plan(capsys, tmp_path, grpo4b, a100x8):
+    d = colocated_plan(grpo4b, a100x8, tp=2).to_dict()
+    d["placements"][0]["tp"] = 3
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(d))
+    code, out, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                         "-p", str(path))
+    assert out == ""
+    assert_user_error(code, err, "hetrl validate: error: placements[actor_generation].tp = 3",
+                      "must divide Qwen3-4B's 32 attention heads")
+
+
+def test_plan_for_another_cluster(capsys, tmp_path, grpo4b, paper_clusters):
+    path = tmp_path / "plan.json"
+    save_plan(colocated_plan(grpo4b, paper_clusters["single-region"]), path)
+    code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                       "-p", str(path))
+    assert_user_error(code, err, "groups[0].devices = 8", "no such device in cluster 'a100x8'")
+
+
+def test_missing_arguments_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "-w", "qwen3-4b-grpo-sync"])
+    assert exc.value.code == 2
+    assert "required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+
+
+# --- help ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CORE_COMMANDS)
+def test_core_subcommand_help(capsys, name):
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: hetrl {name}")
+    assert "--json" in out
+
+
+def test_every_registered_subcommand_has_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert set(CORE_COMMANDS) <= set(COMMANDS)
+    for name, (help_text, _, _) in COMMANDS.items():
+        assert name in top and help_text
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"])
+        assert exc.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: hetrl {name}")
+
+
+def test_console_script():
+    script = Path(sys.executable).with_name("hetrl")
+    assert script.exists(), f"console script not installed next to {sys.executable}"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: hetrl")
+    for name in CORE_COMMANDS:
+        assert name in proc.stdout
+
+
+def test_python_dash_m_has_every_command(capsys):
+    # Regression: under `python -m hetrl.cli` commands registered from other modules were missing.
+    main_help = subprocess.run([sys.executable, "-m", "hetrl.cli", "--help"], capture_output=True,
+                               text=True, timeout=60, check=True).stdout
+    with pytest.raises(SystemExit):
+        main(["--help"])  # loads every command module into COMMANDS
+    for name in COMMANDS:
+        assert f"    {name} " in main_help
