@@ -145,7 +145,7 @@ def _load_command_modules() -> None:
     """Commands defined in other modules register themselves on import."""
     import importlib
 
-    for module in ("hetrl.cli_cost",):
+    for module in ("hetrl.cli_cost", "hetrl.cli_search"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

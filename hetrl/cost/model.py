@@ -197,6 +197,56 @@ class CostModel:
         self._tasks[key] = out
         return out
 
+    def replica_seconds(self, p: TaskPlacement) -> list[float]:
+        """Each replica's time for an equal share of the batch, the task running alone (for
+        generation: the KV cache gets the device memory left after its own weights). Used by the
+        load balancer to estimate replica speeds."""
+        wl = self.workload
+        kind = wl.task(p.task).kind
+        shapes = self.shapes(p.task, p)
+        steps = wl.optimizer_steps if kind == "training" else 1
+        n = wl.samples / p.dp / steps
+        out = []
+        for replica in p.devices:
+            hw = self.hw(replica)
+            if kind == "generation":
+                budget = tuple(round(st.memory_bytes * self.params.usable_memory_fraction
+                                     - s.weight_bytes, -6) for s, st in zip(shapes, hw.stages,
+                                                                           strict=True))
+                key = ("gen", shapes, hw, round(n, 6), budget)
+            else:
+                key = (kind, shapes, hw, round(n, 6))
+            rc = self._replica.get(key)
+            if rc is None:
+                if kind == "generation":
+                    rc = generation_replica(shapes, hw, n, budget, self.L, wl.gen_max_concurrency,
+                                            self.params)
+                elif kind == "training":
+                    rc = training_replica(shapes, hw, n, wl.micro_batch_size, self.L, self.params,
+                                          wl.recompute)
+                else:
+                    rc = inference_replica(shapes, hw, n, wl.inference_micro_batch_size, self.L,
+                                           self.params)
+                self._replica[key] = rc
+            out.append(rc.seconds)
+        return out
+
+    def task_alone(self, p: TaskPlacement) -> tuple[float, np.ndarray]:
+        """A task's seconds when it runs alone on its devices (generation: its KV cache gets the
+        memory left after its own weights; no input transfer) and the bytes it needs on each
+        device (resident + working; generation: weights + one max-length sequence's KV).
+        Used by the ILP, which prices each (task, device set, layout) candidate on its own."""
+        mem = self.placement_memory(p)
+        need = mem.weights + mem.states + mem.working
+        if self.workload.task(p.task).kind == "generation":
+            own = self._mem_bytes - mem.weights
+            seconds = self._generation(p, np.where(mem.weights > 0, own, 0.0)).seconds
+            seq_max = (self.L.prompt_max + self.L.response_max) / self.L.seq_mean
+            need = need + mem.kv_per_seq * seq_max
+        else:
+            seconds = self._forward_task_compute(p).seconds
+        return seconds, need
+
     def _stage_index(self, p: TaskPlacement) -> tuple[np.ndarray, np.ndarray]:
         """Device ids flattened (replica, stage, rank) and the start of each (replica, stage)."""
         key = ("stage_index", p)

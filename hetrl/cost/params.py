@@ -7,9 +7,11 @@ traces; ``hetrl estimate --params FILE`` loads them. Defaults and their sources:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
+from numbers import Real
 from typing import Any
 
 from hetrl.errors import SpecError, require
@@ -62,6 +64,13 @@ class CostParams:
             require(kind in KERNEL_KINDS, f"params.per_gpu.{gpu}.{kind}", value,
                     f"unknown kernel kind; kinds: {list(KERNEL_KINDS)}")
             require(0 < value <= 1, f"params.per_gpu.{gpu}.{kind}", value, "must be in (0, 1]")
+        for key in ("decode_step_overhead_s", "prefill_chunk_tokens", "usable_memory_fraction",
+                    "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
+                    "activation_bytes_per_token_hidden"):
+            _number(f"params.{key}", getattr(self, key))
+        for key in ("grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
+                    "activation_bytes_per_token_hidden"):
+            require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.decode_step_overhead_s >= 0, "params.decode_step_overhead_s",
                 self.decode_step_overhead_s, "must be >= 0 seconds")
         require(self.prefill_chunk_tokens >= 1, "params.prefill_chunk_tokens",
@@ -69,6 +78,7 @@ class CostParams:
         require(0 < self.usable_memory_fraction <= 1, "params.usable_memory_fraction",
                 self.usable_memory_fraction, "must be in (0, 1]")
         if self.eta is not None:
+            _number("params.eta", self.eta)
             require(0 <= self.eta <= 1, "params.eta", self.eta, "must be in [0, 1] or null")
 
     @cached_property
@@ -108,16 +118,26 @@ class CostParams:
         defaults = dict(KERNEL_KINDS)
         raw_defaults = values.pop("defaults", {}) or {}
         require(isinstance(raw_defaults, Mapping), "params.defaults", raw_defaults, "must be a mapping")
-        defaults.update({k: float(v) for k, v in raw_defaults.items()})
+        defaults.update({k: _number(f"params.defaults.{k}", v) for k, v in raw_defaults.items()})
         raw_per = values.pop("per_gpu", {}) or {}
         require(isinstance(raw_per, Mapping), "params.per_gpu", raw_per,
                 "must be a mapping gpu -> {kind: value}")
-        per = tuple((str(g), str(k), float(v)) for g, kinds in raw_per.items()
-                    for k, v in dict(kinds).items())
+        for g, kinds in raw_per.items():
+            require(isinstance(kinds, Mapping), f"params.per_gpu.{g}", kinds,
+                    "must be a mapping kind -> efficiency")
+        per = tuple((str(g), str(k), _number(f"params.per_gpu.{g}.{k}", v))
+                    for g, kinds in raw_per.items() for k, v in kinds.items())
         try:
             return cls(defaults=tuple(defaults.items()), per_gpu=per, **values)
         except TypeError as exc:
             raise SpecError("params", data, str(exc)) from None
+
+
+def _number(field: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number (not a bool), else a SpecError."""
+    require(isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value),
+            field, value, "must be a finite number")
+    return float(value)
 
 
 DEFAULT_PARAMS = CostParams()

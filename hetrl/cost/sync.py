@@ -1,7 +1,7 @@
 """Weight sync: the new actor weights from the training devices to the generation devices.
 
 Each generation device needs its shard (the layers of its stage, split over its TP group). It
-pulls from the training device with the widest path to it (ties: the lowest latency). Free when
+pulls from the training device with the quickest path to it (latency + bytes / bandwidth). Free when
 the generation and training layouts are identical on the same devices in sync mode (the weights
 are shared in place); a device-local copy when the device already trains the same shard in
 async mode. Concurrent pulls share node NICs: the time is the largest of the slowest single pull
@@ -37,17 +37,17 @@ def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tra
     nbytes = np.array([s.weight_bytes for s in shapes_of])
     bw = topo.bandwidth_Bps[np.ix_(src, dst)]
     lat = topo.latency_s[np.ix_(src, dst)]
-    # Per destination: the widest path, ties broken by the lowest latency.
-    widest = bw.max(axis=0)
-    best = np.argmin(np.where(bw >= widest, lat, np.inf), axis=0)
+    eff = np.array([params.efficiency(cluster.devices[d].gpu.name, "link") for d in dst.tolist()])
+    # Per destination: the source with the quickest pull (latency + bytes / bandwidth).
+    with np.errstate(divide="ignore"):
+        pull = lat + nbytes[None, :] / (bw * eff[None, :])
+    best = np.argmin(pull, axis=0)
     cols = np.arange(dst.size)
     sdev = src[best]
     remote = sdev != dst
     if not remote.any():
         return 0.0
-    eff = np.array([params.efficiency(cluster.devices[d].gpu.name, "link") for d in dst.tolist()])
-    pulls = lat[best, cols] + nbytes / (bw[best, cols] * eff)
-    worst = float(pulls[remote].max())
+    worst = float(pull[best, cols][remote].max())
     a, b = topo.node_of[sdev], topo.node_of[dst]
     off = remote & (a != b)
     n_nodes = topo.nic_Bps.size

@@ -1,0 +1,57 @@
+"""``hetrl plan`` and ``hetrl schedulers``: search a plan from the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetrl.cli import _json_flag, command, emit
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
+    p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    p.add_argument("--scheduler", "-s", default="hetrl", help="scheduler name (see `hetrl schedulers`)")
+    p.add_argument("--budget-s", type=float, default=None, help="wall-clock budget, seconds")
+    p.add_argument("--budget-evals", type=int, default=None,
+                   help="cost-model evaluations budget (deterministic with --seed)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--workers", type=int, default=1, help="processes (ILP: solver workers)")
+    p.add_argument("--no-load-balance", action="store_true",
+                   help="disable the data- and layer-level load balancer (ablation)")
+    p.add_argument("--params", help="cost-model parameters YAML")
+    p.add_argument("--out", "-o", required=True, help="write the plan here (.json or .yaml)")
+    p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    _json_flag(p)
+
+
+@command("plan", "search an execution plan with a scheduler", _plan_args)
+def cmd_plan(args: argparse.Namespace) -> int:
+    from hetrl.cli_cost import load_params
+    from hetrl.io import load_cluster, load_workload, save_plan
+    from hetrl.search import Budget, get_scheduler
+
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    budget = Budget(seconds=args.budget_s, evaluations=args.budget_evals, seed=args.seed,
+                    workers=args.workers, progress=args.progress)
+    scheduler = get_scheduler(args.scheduler, load_params(args.params),
+                              load_balance=not args.no_load_balance)
+    result = scheduler.search(workload, cluster, budget)
+    save_plan(result.plan, args.out)
+    est = result.estimate
+    text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
+            f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "
+            f"evaluations in {result.elapsed_s:.1f} s; plan written to {args.out}\n"
+            + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
+                        for g in result.plan.groups))
+    emit(args, {**result.to_dict(), "out": args.out}, text)
+    return 0
+
+
+@command("schedulers", "list the schedulers", _json_flag)
+def cmd_schedulers(args: argparse.Namespace) -> int:
+    from hetrl.search import SCHEDULERS, load_all
+
+    load_all()
+    data = {name: cls.description for name, cls in sorted(SCHEDULERS.items())}
+    emit(args, data, "\n".join(f"{n:<13} {d}" for n, d in data.items()))
+    return 0

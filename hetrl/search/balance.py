@@ -1,0 +1,84 @@
+"""HetRL's load balancer (paper: "Load balancer").
+
+Data level: a replica's share of the batch is proportional to its speed, 1 / (its time for an
+equal share) from the cost model, so that a DP group's replicas finish together.
+Layer level: a pipeline's layers are split in proportion to each stage's speed (peak FLOP/s for
+training and inference, HBM bandwidth for memory-bound generation), rounded by largest remainder,
+at least one layer per stage, and capped so a stage's resident bytes fit its smallest device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from hetrl.cost.model import CostModel
+from hetrl.plan import TaskPlacement, even_layers
+
+
+def proportional_split(total: int, weights: list[float], caps: list[int] | None = None) -> tuple[int, ...]:
+    """Integers >= 1 summing to ``total``, proportional to ``weights`` (largest remainder),
+    each at most its cap when the caps allow it."""
+    k = len(weights)
+    if total < k:
+        raise ValueError("fewer items than parts")
+    wsum = sum(weights)
+    raw = [1 + (total - k) * w / wsum for w in weights]
+    out = [math.floor(x) for x in raw]
+    for i in sorted(range(k), key=lambda i: raw[i] - out[i], reverse=True)[: total - sum(out)]:
+        out[i] += 1
+    if caps is not None and sum(caps) >= total:
+        # Move the excess of over-cap stages to the stages with the most room, one at a time.
+        while True:
+            over = [i for i in range(k) if out[i] > caps[i]]
+            if not over:
+                break
+            i = over[0]
+            j = max((j for j in range(k) if out[j] < caps[j]), key=lambda j: caps[j] - out[j])
+            out[i] -= 1
+            out[j] += 1
+    return tuple(out)
+
+
+def balance_layers(model: CostModel, p: TaskPlacement) -> TaskPlacement:
+    if p.pp == 1:
+        return p
+    wl = model.workload
+    task = wl.task(p.task)
+    shape = wl.model(task.role)
+    topo = model.cluster.topology
+    speed_of = topo.hbm_Bps if task.kind == "generation" else topo.flops
+    speeds, caps = [], []
+    per_layer = shape.params_per_layer / p.tp * (
+        wl.bytes_per_value + (model.params.grad_bytes + model.params.optimizer_state_bytes / p.dp
+                              if task.kind == "training" else 0.0))
+    embed = shape.vocab * shape.hidden / p.tp * wl.bytes_per_value
+    for j in range(p.pp):
+        devs = [d for replica in p.devices for d in replica[j]]
+        speeds.append(float(min(speed_of[d] for d in devs)))
+        room = float(min(topo.memory_bytes[d] for d in devs)) * model.params.usable_memory_fraction
+        # keep a third of the memory for activations / KV cache, and room for embeddings
+        caps.append(max(1, int((0.66 * room - (embed if j in (0, p.pp - 1) else 0)) // per_layer)))
+    if len(set(speeds)) == 1:
+        layers = even_layers(shape.layers, p.pp)
+    else:
+        layers = proportional_split(shape.layers, speeds, caps)
+    return p if layers == p.layers_per_stage else replace(p, layers_per_stage=layers)
+
+
+def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
+    if p.dp == 1:
+        return p
+    times = model.replica_seconds(p if p.data_weights == (1.0,) * p.dp
+                                  else replace(p, data_weights=(1.0,) * p.dp))
+    if max(times) - min(times) <= 1e-9 * max(times):
+        weights = (1.0,) * p.dp
+    else:
+        fastest = min(times)
+        weights = tuple(round(fastest / t, 6) for t in times)
+    return p if weights == p.data_weights else replace(p, data_weights=weights)
+
+
+def balance(model: CostModel, p: TaskPlacement) -> TaskPlacement:
+    """Layer-level then data-level balancing of one placement."""
+    return balance_data(model, balance_layers(model, p))

@@ -1,0 +1,201 @@
+"""Scheduler contract: ``search(workload, cluster, budget) -> SearchResult``; one registry.
+
+A :class:`Budget` is wall-clock seconds and/or cost-model evaluations, plus a seed. With an
+evaluation budget (and no time limit) the search is deterministic: same seed, same plan.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from hetrl.cost.model import CostModel, Estimate
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
+from hetrl.plan import Plan, Provenance
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+
+INFEASIBLE_PENALTY_S = 1e6
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``seconds`` of wall-clock and/or ``evaluations`` of the cost model (whichever ends first);
+    ``workers`` processes where a scheduler can use them."""
+
+    seconds: float | None = None
+    evaluations: int | None = None
+    seed: int = 0
+    workers: int = 1
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.seconds is not None or self.evaluations is not None, "budget", None,
+                "give --budget-s and/or --budget-evals")
+        if self.seconds is not None:
+            require(self.seconds > 0, "budget.seconds", self.seconds, "must be > 0")
+        if self.evaluations is not None:
+            require(self.evaluations >= 1, "budget.evaluations", self.evaluations, "must be >= 1")
+        require(self.workers >= 1, "budget.workers", self.workers, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best plan found, its estimate, and the convergence history: (elapsed seconds,
+    evaluations, best iteration seconds so far) points."""
+
+    scheduler: str
+    plan: Plan
+    estimate: Estimate
+    evaluations: int
+    elapsed_s: float
+    history: tuple[tuple[float, int, float], ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheduler": self.scheduler,
+            "iteration_s": self.estimate.iteration_s,
+            "throughput_samples_per_s": self.estimate.throughput_samples_per_s,
+            "throughput_tokens_per_s": self.estimate.throughput_tokens_per_s,
+            "feasible": self.estimate.feasible,
+            "evaluations": self.evaluations,
+            "elapsed_s": self.elapsed_s,
+            "history": [list(h) for h in self.history],
+            **self.extra,
+        }
+
+
+class BudgetExhausted(Exception):
+    """Raised inside a search when the budget is spent; the evaluator keeps the best plan."""
+
+
+class Evaluator:
+    """Counts evaluations against the budget, keeps the best plan and the history."""
+
+    def __init__(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget,
+                 params: CostParams = DEFAULT_PARAMS, model: CostModel | None = None):
+        self.workload, self.cluster, self.budget = workload, cluster, budget
+        self.model = model or CostModel(workload, cluster, params)
+        self.start = time.perf_counter()
+        self.evaluations = 0
+        self.best: tuple[float, Plan, Estimate] | None = None
+        self.history: list[tuple[float, int, float]] = []
+        self._bar = None
+        if budget.progress:
+            from tqdm import tqdm
+
+            total = budget.evaluations or None
+            self._bar = tqdm(total=total, unit="eval", desc="search", leave=False,
+                             mininterval=0.5)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def exhausted(self) -> bool:
+        b = self.budget
+        if b.evaluations is not None and self.evaluations >= b.evaluations:
+            return True
+        return b.seconds is not None and self.elapsed() >= b.seconds
+
+    def remaining_fraction(self) -> float:
+        """Share of the budget left (the tighter of evaluations and time)."""
+        b = self.budget
+        fr = 1.0
+        if b.evaluations is not None:
+            fr = min(fr, 1 - self.evaluations / b.evaluations)
+        if b.seconds is not None:
+            fr = min(fr, 1 - self.elapsed() / b.seconds)
+        return max(fr, 0.0)
+
+    def fitness(self, est: Estimate) -> float:
+        """Seconds per iteration; infeasible plans rank after every feasible one."""
+        return est.iteration_s if est.feasible else INFEASIBLE_PENALTY_S + est.iteration_s
+
+    def evaluate(self, plan: Plan) -> float:
+        """Estimate ``plan`` (one evaluation of the budget) and return its fitness."""
+        if self.exhausted():
+            raise BudgetExhausted
+        est = self.model.estimate(plan, check=False)
+        self.evaluations += 1
+        f = self.fitness(est)
+        if self.best is None or f < self.best[0]:
+            self.best = (f, plan, est)
+            self.history.append((self.elapsed(), self.evaluations, est.iteration_s if est.feasible
+                                 else float("inf")))
+            if self._bar is not None:
+                self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible else "infeasible")
+        if self._bar is not None:
+            self._bar.update(1)
+        return f
+
+    def result(self, name: str, extra: dict[str, Any] | None = None) -> SearchResult:
+        if self._bar is not None:
+            self._bar.close()
+        if self.best is None:
+            raise HetrlError(f"{name}: the budget allowed no evaluation")
+        f, plan, est = self.best
+        if not est.feasible:
+            raise InfeasibleError(
+                f"{name}: no feasible plan found in {self.evaluations} evaluations; the best "
+                f"still breaks memory: {est.violations[0]}"
+                + (f" (and {len(est.violations) - 1} more)" if len(est.violations) > 1 else ""))
+        plan = replace(plan, provenance=Provenance(scheduler=name, seed=self.budget.seed,
+                                                   note=f"{self.evaluations} evaluations"))
+        history = tuple(self.history) + ((self.elapsed(), self.evaluations, est.iteration_s),)
+        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history,
+                            extra or {})
+
+
+class Scheduler(ABC):
+    """A search algorithm over plans. Subclasses set ``name`` and implement :meth:`run`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, params: CostParams = DEFAULT_PARAMS, **options: Any):
+        self.params = params
+        self.options = options
+
+    def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
+        from hetrl.search.feasibility import check_fits
+
+        check_fits(workload, cluster)
+        ev = Evaluator(workload, cluster, budget, self.params)
+        extra: dict[str, Any] = {}
+        try:
+            extra = self.run(ev) or {}
+        except BudgetExhausted:
+            pass
+        return ev.result(self.name, extra)
+
+    @abstractmethod
+    def run(self, ev: Evaluator) -> dict[str, Any] | None:
+        """Search until the budget is spent (``ev.evaluate`` raises BudgetExhausted) or done."""
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {}
+
+
+def register(cls: type[Scheduler]) -> type[Scheduler]:
+    """Class decorator: add a scheduler to the registry (names are unique)."""
+    if cls.name in SCHEDULERS:
+        raise RuntimeError(f"duplicate scheduler {cls.name!r}")
+    SCHEDULERS[cls.name] = cls
+    return cls
+
+
+def get_scheduler(name: str, params: CostParams = DEFAULT_PARAMS, **options: Any) -> Scheduler:
+    from hetrl.search import load_all
+
+    load_all()
+    if name not in SCHEDULERS:
+        raise SpecError("scheduler", name, f"unknown; known: {', '.join(sorted(SCHEDULERS))}")
+    return SCHEDULERS[name](params, **options)
+
+
+Factory = Callable[..., Scheduler]

@@ -1,0 +1,36 @@
+"""A quick check that a job can fit on a cluster at all, before any search."""
+
+from __future__ import annotations
+
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.errors import InfeasibleError
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+
+
+def minimum_memory_bytes(workload: WorkloadSpec, params: CostParams = DEFAULT_PARAMS) -> float:
+    """Bytes that must be resident somewhere: every model's weights once (the reference and
+    reward models, the actor once -- twice in async mode -- and the critic), plus gradients and
+    optimizer states of the trained models (optimizer states shard over all devices at best)."""
+    total = 0.0
+    bpv = workload.bytes_per_value
+    for role, model in workload.models:
+        total += model.params * bpv
+        if role in ("actor", "critic"):
+            total += model.params * (params.grad_bytes + params.optimizer_state_bytes)
+    if workload.mode == "async":
+        total += workload.model("actor").params * bpv
+    return total
+
+
+def check_fits(workload: WorkloadSpec, cluster: ClusterSpec,
+               params: CostParams = DEFAULT_PARAMS) -> None:
+    """Raise :class:`InfeasibleError` saying by how much the models exceed the cluster's memory."""
+    need = minimum_memory_bytes(workload, params)
+    have = float(cluster.topology.memory_bytes.sum()) * params.usable_memory_fraction
+    if need > have:
+        raise InfeasibleError(
+            f"{workload.name} cannot fit on {cluster.name}: its models need at least "
+            f"{need / 1e9:.1f} GB resident (weights, gradients and optimizer states) but the "
+            f"cluster has {have / 1e9:.1f} GB usable ({need / have:.2f}x, "
+            f"{(need - have) / 1e9:.1f} GB short)")

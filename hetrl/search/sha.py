@@ -1,0 +1,157 @@
+"""HetRL (SHA-EA): nested successive halving over task groupings (level 1) and GPU-group sizes
+(level 2), driving the evolutionary algorithm of :mod:`hetrl.search.ea` on levels 3-5.
+
+Budget E evaluations (a time budget is turned into evaluations by timing a warm-up). Level 1
+runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each, split evenly over the
+surviving task groupings; after each round the worse half (by the best cost found) is dropped,
+so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
+over its GPU-group sizes with its share, and at the next level-1 round keeps the best half of
+them. Budget left when the rounds end goes to the best arm's EA.
+
+HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
+local search swaps only inside one group.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from hetrl.search.base import Evaluator, Scheduler, register
+from hetrl.search.ea import Arm, DeviceFacts
+from hetrl.search.space import task_groupings
+
+
+def sample_sizes(n: int, groups: int, k: int, rng: np.random.Generator,
+                 node_size: int = 8) -> list[tuple[int, ...]]:
+    """``k`` distinct compositions of ``n`` GPUs into ``groups`` parts: the even split, a
+    node-aligned split when possible, and Dirichlet draws."""
+    out: list[tuple[int, ...]] = []
+
+    def add(sizes: list[int]) -> None:
+        t = tuple(int(s) for s in sizes)
+        if len(t) == groups and min(t) >= 1 and sum(t) == n and t not in out:
+            out.append(t)
+
+    add([n // groups + (1 if i < n % groups else 0) for i in range(groups)])
+    if n % node_size == 0 and n // node_size >= groups:
+        nodes = n // node_size
+        add([(nodes // groups + (1 if i < nodes % groups else 0)) * node_size for i in range(groups)])
+    tries = 0
+    while len(out) < k and tries < 50 * k:
+        tries += 1
+        w = rng.dirichlet(np.ones(groups))
+        raw = 1 + w * (n - groups)
+        sizes = np.floor(raw).astype(int)
+        rem = n - sizes.sum()
+        for i in np.argsort(-(raw - sizes))[:rem]:
+            sizes[i] += 1
+        if rng.random() < 0.5 and n >= node_size * groups:
+            # snap to whole nodes where it keeps every part >= 1
+            snapped = np.maximum(np.round(sizes / node_size) * node_size, 1).astype(int)
+            snapped[-1] = n - snapped[:-1].sum()
+            if snapped[-1] >= 1:
+                sizes = snapped
+        add(list(sizes))
+    return out[:k]
+
+
+class _Level1:
+    def __init__(self, grouping: tuple[tuple[str, ...], ...], arms: list[Arm]):
+        self.grouping = grouping
+        self.arms = arms
+
+    @property
+    def best(self) -> float:
+        return min(a.best for a in self.arms)
+
+
+def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -> list[Arm]:
+    """Inner successive halving: spend ``budget`` evaluations over ``arms``."""
+    alive = list(arms)
+    rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if halve else 1
+    per_round = budget / rounds
+    for _ in range(rounds):
+        share = per_round / len(alive)
+        for arm in alive:
+            arm.run(ev, max(1, round(share)))
+        if halve and len(alive) > 1:
+            alive.sort(key=lambda a: a.best)
+            alive = alive[: max(1, len(alive) // 2)]
+    return alive
+
+
+class _SHABase(Scheduler):
+    halve = True
+    swaps = "cross"
+
+    def run(self, ev: Evaluator) -> dict[str, Any]:
+        opts = self.options
+        rng = np.random.default_rng(ev.budget.seed)
+        model, wl = ev.model, ev.workload
+        n = ev.cluster.num_devices
+        facts = DeviceFacts.of(model)
+        groupings = [g for g in task_groupings(wl) if len(g) <= n]
+        total = self._evaluation_budget(ev, groupings, facts, rng)
+        k = int(opts.get("gpu_groupings", max(1, min(6, total // (len(groupings) * 6)))))
+        population = int(opts.get("population", 8))
+        load_balance = bool(opts.get("load_balance", True))
+        level1 = []
+        for grouping in groupings:
+            sizes_list = sample_sizes(n, len(grouping), k, rng)
+            arms = [Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
+                        population=population, swaps=self.swaps, load_balance=load_balance)
+                    for sizes in sizes_list]
+            level1.append(_Level1(grouping, arms))
+        alive = list(level1)
+        spent0 = ev.evaluations
+        rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
+        per_round = (total - spent0) / rounds
+        for r in range(rounds):
+            share = per_round / len(alive)
+            for l1 in alive:
+                if r > 0 and self.halve:  # keep the best half of each survivor's GPU groupings
+                    l1.arms.sort(key=lambda a: a.best)
+                    l1.arms = l1.arms[: max(1, len(l1.arms) // 2)]
+                survivors = _halving_round(l1.arms, share, ev, self.halve)
+                if self.halve:
+                    l1.arms = survivors
+            if self.halve and len(alive) > 1:
+                alive.sort(key=lambda x: x.best)
+                alive = alive[: max(1, len(alive) // 2)]
+        best_arm = min((a for l1 in alive for a in l1.arms), key=lambda a: a.best)
+        while True:  # the rest of the budget: the best arm keeps evolving
+            best_arm.run(ev, 64)
+            if ev.exhausted():
+                break
+        return {}
+
+    def _evaluation_budget(self, ev: Evaluator, groupings: list, facts: DeviceFacts,
+                           rng: np.random.Generator) -> int:
+        if ev.budget.evaluations is not None:
+            return ev.budget.evaluations
+        # Time budget only: time a warm-up of random plans to turn seconds into evaluations.
+        warm = Arm(groupings[0], (ev.cluster.num_devices,), ev.model, facts,
+                   np.random.default_rng(rng.integers(2**63)), population=4, swaps=self.swaps)
+        t0 = time.perf_counter()
+        warm.run(ev, 8)
+        rate = 8 / max(time.perf_counter() - t0, 1e-6)
+        assert ev.budget.seconds is not None
+        return max(16, int(rate * ev.budget.seconds))
+
+
+@register
+class HetRLScheduler(_SHABase):
+    name = "hetrl"
+    description = "HetRL: nested successive halving (task and GPU groupings) + evolutionary search"
+
+
+@register
+class HetRLSimpleScheduler(_SHABase):
+    name = "hetrl-simple"
+    description = "HetRL ablation: no successive halving, swaps only inside one group"
+    halve = False
+    swaps = "within"

@@ -1,0 +1,129 @@
+"""The five-level search space of HetRL and the size of each level.
+
+Level 1: task groupings -- set partitions of the workflow's tasks (Bell number B_T).
+Level 2: GPU-group sizes -- compositions of the N GPUs into one part per group (C(N-1, G-1)).
+Level 3: concrete GPU sets -- N! / prod(n_g!) ways, fewer once GPUs of one type in one node
+         are treated as interchangeable (multinomials over each node's type classes).
+Level 4: (dp, pp, tp) per task with dp*pp*tp <= n_g (here: > n_g / 2, tp dividing the heads).
+Level 5: tasklet-to-GPU maps inside a group (<= n_g! per task).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+
+from hetrl.errors import SpecError
+from hetrl.plan import validate_layout
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.model import ModelShape
+from hetrl.spec.workload import WorkloadSpec
+
+Layout = tuple[int, int, int]  # (dp, pp, tp)
+MAX_TP = 8
+MAX_PP = 16
+
+
+def set_partitions(items: Sequence[str]) -> Iterator[tuple[tuple[str, ...], ...]]:
+    """Every partition of ``items`` into non-empty groups (restricted growth strings)."""
+    items = list(items)
+    if not items:
+        yield ()
+        return
+    first, rest = items[0], items[1:]
+    for part in set_partitions(rest):
+        yield ((first,),) + part
+        for i in range(len(part)):
+            yield part[:i] + ((first,) + part[i],) + part[i + 1:]
+
+
+def task_groupings(workload: WorkloadSpec) -> list[tuple[tuple[str, ...], ...]]:
+    """Level 1 arms: all set partitions of the tasks, each group in workflow order, groups
+    ordered by their first task (a canonical form)."""
+    order = {t: i for i, t in enumerate(workload.task_names)}
+    out = set()
+    for part in set_partitions(workload.task_names):
+        groups = tuple(sorted((tuple(sorted(g, key=order.get)) for g in part),
+                              key=lambda g: order[g[0]]))
+        out.add(groups)
+    return sorted(out, key=lambda p: (len(p), [[order[t] for t in g] for g in p]))
+
+
+def bell(n: int) -> int:
+    """Bell number B_n (number of set partitions of n items)."""
+    row = [1]
+    for _ in range(n):
+        nxt = [row[-1]]
+        for x in row:
+            nxt.append(nxt[-1] + x)
+        row = nxt
+    return row[0]
+
+
+@lru_cache(maxsize=4096)
+def _layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
+    out = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > min(MAX_TP, n):
+            break
+        try:
+            validate_layout(model, tp, 1, "layout")
+        except SpecError:
+            continue
+        for pp in range(1, min(MAX_PP, model.layers, n // tp) + 1):
+            dp = n // (tp * pp)
+            if dp >= 1 and dp * tp * pp > n / 2:
+                out.append((dp, pp, tp))
+    return tuple(out)
+
+
+def layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
+    """Level 4 candidates for a task of ``model`` on a group of ``n`` GPUs: (dp, pp, tp) with tp a
+    power of two <= 8 dividing the heads, pp <= min(16, layers), using more than half the GPUs
+    (dp = floor(n / (pp * tp)))."""
+    return _layouts(model, n)
+
+
+def device_classes(cluster: ClusterSpec) -> dict[tuple[str, str], list[int]]:
+    """Interchangeable GPUs: (node, GPU type) -> device ids."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for d in cluster.devices:
+        out.setdefault((d.node, d.gpu.name), []).append(d.id)
+    return out
+
+
+def space_size(workload: WorkloadSpec, cluster: ClusterSpec) -> dict[str, float]:
+    """log10 of each level's size (and of their product) for the paper's formulas, plus
+    the raw counts where they are small. Level 3 is counted with and without symmetry."""
+    t = len(workload.tasks)
+    n = cluster.num_devices
+    groupings = task_groupings(workload)
+    level1 = len(groupings)
+    # Level 2: sum over groupings of compositions of N into G parts.
+    level2 = sum(math.comb(n - 1, len(g) - 1) for g in groupings)
+    # Level 3 for an even split into G groups, with and without symmetry, maximised over G.
+    classes = [len(v) for v in device_classes(cluster).values()]
+    log_l3 = log_l3_sym = 0.0
+    for g in range(1, t + 1):
+        sizes = [n // g + (1 if i < n % g else 0) for i in range(g)]
+        raw = math.lgamma(n + 1) - sum(math.lgamma(s + 1) for s in sizes)
+        log_l3 = max(log_l3, raw / math.log(10))
+        # with symmetry: ways to split each class's count over g groups (stars and bars)
+        sym = sum(math.log(math.comb(c + g - 1, g - 1)) for c in classes)
+        log_l3_sym = max(log_l3_sym, sym / math.log(10))
+    per_task = [len(layouts(workload.model(ti.role), n)) for ti in workload.tasks]
+    log_l4 = sum(math.log10(max(c, 1)) for c in per_task)
+    log_l5 = t * math.lgamma(n + 1) / math.log(10)
+    return {
+        "tasks": t,
+        "devices": n,
+        "level1_task_groupings": level1,
+        "bell_number": bell(t),
+        "level2_gpu_groupings": level2,
+        "log10_level3_gpu_sets": log_l3,
+        "log10_level3_gpu_sets_symmetric": log_l3_sym,
+        "log10_level4_layouts": log_l4,
+        "log10_level5_tasklet_maps": log_l5,
+        "log10_total": math.log10(level2) + log_l3 + log_l4 + log_l5,
+    }
