@@ -48,20 +48,22 @@ def replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> Re
 def _replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:
     topo = cluster.topology
     devices = cluster.devices
+    flops, hbm, mem = topo.lists["flops"], topo.lists["hbm_Bps"], topo.lists["memory_bytes"]
+    lat, bw = topo.latency_rows, topo.bandwidth_rows
     stages = []
     for stage in replica:
-        slow_flops = min(stage, key=lambda d: (topo.flops[d], d))
+        slow_flops = min(stage, key=lambda d: (flops[d], d))
         stages.append(StageHW(
             gpu=devices[slow_flops].gpu.name,
-            flops=float(topo.flops[slow_flops]),
-            hbm_Bps=float(min(topo.hbm_Bps[d] for d in stage)),
-            memory_bytes=float(min(topo.memory_bytes[d] for d in stage)),
+            flops=flops[slow_flops],
+            hbm_Bps=min(hbm[d] for d in stage),
+            memory_bytes=min(mem[d] for d in stage),
             tp=group_links(cluster, tuple(stage)),
         ))
     boundaries = []
     for a, b in zip(replica, replica[1:], strict=False):
         boundaries.append((
-            max(float(topo.latency_s[x, y]) for x, y in zip(a, b, strict=True)),
-            min(float(topo.bandwidth_Bps[x, y]) for x, y in zip(a, b, strict=True)),
+            max(lat[x][y] for x, y in zip(a, b, strict=True)),
+            min(bw[x][y] for x, y in zip(a, b, strict=True)),
         ))
     return ReplicaHW(tuple(stages), tuple(boundaries))

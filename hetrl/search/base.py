@@ -133,6 +133,15 @@ class Evaluator:
             self._bar.update(1)
         return f
 
+    def absorb(self, best: tuple[float, Plan, Estimate] | None, evaluations: int) -> None:
+        """Count ``evaluations`` made elsewhere (a worker) and keep their best plan."""
+        self.evaluations += evaluations
+        if best is not None and (self.best is None or best[0] < self.best[0]):
+            self.best = best
+            est = best[2]
+            self.history.append((self.elapsed(), self.evaluations,
+                                 est.iteration_s if est.feasible else float("inf")))
+
     def result(self, name: str, extra: dict[str, Any] | None = None) -> SearchResult:
         if self._bar is not None:
             self._bar.close()

@@ -80,18 +80,19 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
         region = np.asarray(facts.region)
         gpu = np.asarray(facts.gpu)
         n_groups = len(bounds)
+        n_node, n_zone, n_region = node.max() + 1, zone.max() + 1, region.max() + 1
         group_of = np.empty(len(order_l), dtype=np.int64)
         for g, (lo, hi) in enumerate(bounds):
             group_of[lo:hi] = g
         for _ in range(max_swaps):
             arr = np.asarray(order_l)
             # counts of each group's devices per node / zone / region
-            cn = np.zeros((n_groups, node.max() + 1))
-            cz = np.zeros((n_groups, zone.max() + 1))
-            cr = np.zeros((n_groups, region.max() + 1))
-            np.add.at(cn, (group_of, node[arr]), 1)
-            np.add.at(cz, (group_of, zone[arr]), 1)
-            np.add.at(cr, (group_of, region[arr]), 1)
+            cn = np.bincount(group_of * n_node + node[arr], minlength=n_groups * n_node
+                             ).reshape(n_groups, n_node)
+            cz = np.bincount(group_of * n_zone + zone[arr], minlength=n_groups * n_zone
+                             ).reshape(n_groups, n_zone)
+            cr = np.bincount(group_of * n_region + region[arr], minlength=n_groups * n_region
+                             ).reshape(n_groups, n_region)
             # one representative position per (group, node, gpu type) class
             keys = group_of * 10**8 + node[arr] * 10**4 + gpu[arr]
             _, first = np.unique(keys, return_index=True)
@@ -152,6 +153,11 @@ class Arm:
         self.layout_options = {t: candidate_layouts(wl, t, sizes[i])
                                for i, g in enumerate(groups) for t in g}
         self._needs: dict[tuple[str, Layout], float] = {}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["model"] = None  # a worker process attaches its own cost model
+        return state
 
     # --- genotypes ---
     def _need(self, task: str, lay: Layout) -> float:

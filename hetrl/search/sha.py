@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.search.base import Evaluator, Scheduler, register
+from hetrl.cost.model import CostModel
+from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.space import task_groupings
 
@@ -60,9 +61,10 @@ def sample_sizes(n: int, groups: int, k: int, rng: np.random.Generator,
 
 
 class _Level1:
-    def __init__(self, grouping: tuple[tuple[str, ...], ...], arms: list[Arm]):
+    def __init__(self, grouping: tuple[tuple[str, ...], ...], arms: list[Arm], halve: bool):
         self.grouping = grouping
         self.arms = arms
+        self.halve = halve
 
     @property
     def best(self) -> float:
@@ -82,6 +84,81 @@ def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -
             alive.sort(key=lambda a: a.best)
             alive = alive[: max(1, len(alive) // 2)]
     return alive
+
+
+# --- one level-1 arm's round as a job (in this process or in a worker process) ---------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(workload, cluster, params) -> None:
+    _WORKER["model"] = CostModel(workload, cluster, params)
+
+
+def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
+                model: CostModel | None = None) -> dict[str, Any]:
+    """Run one task grouping's inner halving with its own evaluation budget (so the result does
+    not depend on where or in which order jobs run) and report what it found."""
+    model = model or _WORKER["model"]
+    for arm in arms:
+        arm.model = model
+    cap = len(arms) * (1 + math.ceil(math.log2(max(len(arms), 1)))) + int(math.ceil(budget)) + 1
+    local = Evaluator(model.workload, model.cluster,
+                      Budget(seconds=seconds_left, evaluations=cap), model.params, model=model)
+    survivors = arms
+    try:
+        survivors = _halving_round(arms, budget, local, halve)
+    except BudgetExhausted:
+        pass
+    keep = [arms.index(a) for a in survivors]
+    for arm in arms:
+        arm.model = None
+    return {"arms": arms, "keep": keep, "best": local.best, "evaluations": local.evaluations,
+            "history": local.history}
+
+
+class _Runner:
+    """Runs level-1 jobs serially or on a process pool (``Budget.workers``)."""
+
+    def __init__(self, ev: Evaluator, workers: int):
+        self.ev = ev
+        self.pool = None
+        if workers > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                initargs=(ev.workload, ev.cluster, ev.model.params))
+
+    def run(self, jobs: list[tuple[_Level1, float]], halve: bool) -> None:
+        ev = self.ev
+        left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 0.0)
+        if self.pool is None:
+            results = []
+            for l1, budget in jobs:
+                if ev.exhausted():
+                    break
+                left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 0.0)
+                results.append(_level1_job(l1.arms, budget, halve, left, ev.model))
+                self._merge(l1, results[-1])
+            return
+        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left) for l1, budget in jobs]
+        for (l1, _), fut in zip(jobs, futures, strict=True):
+            self._merge(l1, fut.result())
+
+    def _merge(self, l1: _Level1, out: dict[str, Any]) -> None:
+        ev = self.ev
+        l1.arms = out["arms"]
+        for arm in l1.arms:
+            arm.model = ev.model
+        if l1.halve:
+            l1.arms = [l1.arms[i] for i in out["keep"]]
+        ev.absorb(out["best"], out["evaluations"])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
 class _SHABase(Scheduler):
@@ -105,23 +182,27 @@ class _SHABase(Scheduler):
             arms = [Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
                         population=population, swaps=self.swaps, load_balance=load_balance)
                     for sizes in sizes_list]
-            level1.append(_Level1(grouping, arms))
+            level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
         spent0 = ev.evaluations
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
         per_round = (total - spent0) / rounds
-        for r in range(rounds):
-            share = per_round / len(alive)
-            for l1 in alive:
-                if r > 0 and self.halve:  # keep the best half of each survivor's GPU groupings
-                    l1.arms.sort(key=lambda a: a.best)
-                    l1.arms = l1.arms[: max(1, len(l1.arms) // 2)]
-                survivors = _halving_round(l1.arms, share, ev, self.halve)
-                if self.halve:
-                    l1.arms = survivors
-            if self.halve and len(alive) > 1:
-                alive.sort(key=lambda x: x.best)
-                alive = alive[: max(1, len(alive) // 2)]
+        runner = _Runner(ev, ev.budget.workers)
+        try:
+            for r in range(rounds):
+                share = per_round / len(alive)
+                for l1 in alive:
+                    if r > 0 and self.halve:  # keep the best half of each survivor's GPU groupings
+                        l1.arms.sort(key=lambda a: a.best)
+                        l1.arms = l1.arms[: max(1, len(l1.arms) // 2)]
+                runner.run([(l1, share) for l1 in alive], self.halve)
+                if ev.exhausted():
+                    break
+                if self.halve and len(alive) > 1:
+                    alive.sort(key=lambda x: x.best)
+                    alive = alive[: max(1, len(alive) // 2)]
+        finally:
+            runner.close()
         best_arm = min((a for l1 in alive for a in l1.arms), key=lambda a: a.best)
         while True:  # the rest of the budget: the best arm keeps evolving
             best_arm.run(ev, 64)

@@ -320,6 +320,12 @@ class Topology:
     def bandwidth_rows(self) -> list[list[float]]:
         return self.bandwidth_Bps.tolist()
 
+    @cached_property
+    def lists(self) -> dict[str, list[float]]:
+        """Per-device ``flops``, ``hbm_Bps`` and ``memory_bytes`` as lists (fast look-ups)."""
+        return {"flops": self.flops.tolist(), "hbm_Bps": self.hbm_Bps.tolist(),
+                "memory_bytes": self.memory_bytes.tolist()}
+
     @classmethod
     def build(cls, cluster: ClusterSpec) -> Topology:
         net = cluster.network
