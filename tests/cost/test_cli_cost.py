@@ -1,0 +1,180 @@
+"""``hetrl estimate`` and ``hetrl bound`` in-process: JSON output, plans and params from files,
+and one-line errors with exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hetrl.cli import main
+from hetrl.cost import CostModel
+from hetrl.io import save_plan
+from hetrl.plan import colocated_plan
+from hetrl.spec.presets import cluster_preset, workload_preset
+from tests.cost.plans import split_plan
+
+BASE = ["estimate", "--workload", "qwen3-8b-ppo-sync", "--cluster", "a100x8"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def assert_user_error(code, err, *fragments):
+    """Exit code 2, one line on stderr, no traceback."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("hetrl ") and ": error: " in lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def write_yaml(path, data):
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+# --- estimate -----------------------------------------------------------------------------------
+
+def test_estimate_colocated_json(capsys):
+    d = run_json(capsys, *BASE, "--colocate", "--tp", "4")
+    assert d["feasible"] is True and d["violations"] == []
+    assert list(d["tasks"]) == ["actor_generation", "reward_inference", "reference_inference",
+                                "critic_inference", "actor_training", "critic_training",
+                                "weight_sync"]
+    wl, cluster = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("a100x8")
+    est = CostModel(wl, cluster).estimate(colocated_plan(wl, cluster, tp=4))
+    assert d["iteration_s"] == pytest.approx(est.iteration_s, rel=1e-12)
+    assert d["throughput_samples_per_s"] == pytest.approx(3072 / est.iteration_s, rel=1e-12)
+
+
+def test_estimate_text(capsys):
+    code, out, err = run(capsys, *BASE, "--colocate", "--tp", "4")
+    assert code == 0 and err == ""
+    first = out.splitlines()[0]
+    assert first.startswith("qwen3-8b-ppo-sync on a100x8: ") and "s per iteration" in first
+    assert "INFEASIBLE" not in out
+    for task in ("actor_generation", "actor_training", "weight_sync", "peak memory"):
+        assert task in out
+
+
+def test_estimate_saved_plan_matches_colocate(capsys, tmp_path):
+    plan_file = tmp_path / "plan.json"
+    colo = run_json(capsys, *BASE, "--colocate", "--tp", "2", "--pp", "2",
+                    "--save-plan", str(plan_file))
+    assert plan_file.exists()
+    again = run_json(capsys, *BASE, "--plan", str(plan_file))
+    assert again == colo
+
+
+def test_estimate_hand_written_plan(capsys, tmp_path):
+    wl, cluster = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("a100x8")
+    plan = split_plan(wl, cluster, [(["actor_generation"], [0, 1, 2, 3], 2),
+                                    (["reward_inference", "reference_inference",
+                                      "critic_inference", "actor_training", "critic_training"],
+                                     [4, 5, 6, 7], 4)])
+    path = tmp_path / "plan.yaml"
+    save_plan(plan, path)
+    d = run_json(capsys, *BASE, "--plan", str(path))
+    est = CostModel(wl, cluster).estimate(plan)
+    assert d["iteration_s"] == pytest.approx(est.iteration_s, rel=1e-12)
+    assert d["tasks"]["weight_sync"] > 0  # generation and training on different GPUs
+
+
+def test_params_file_changes_the_estimate_in_the_right_direction(capsys, tmp_path):
+    base = run_json(capsys, *BASE, "--colocate", "--tp", "4")
+    # Half the training MFU (0.40 -> 0.20): training compute doubles, nothing else moves.
+    slow = run_json(capsys, *BASE, "--colocate", "--tp", "4", "--params",
+                    write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": 0.2}}))
+    for task in ("actor_training", "critic_training"):
+        assert slow["parts"][task]["compute"] == pytest.approx(
+            2 * base["parts"][task]["compute"], rel=1e-9)
+    assert slow["tasks"]["actor_generation"] == base["tasks"]["actor_generation"]
+    assert slow["iteration_s"] > base["iteration_s"]
+    # A better HBM efficiency for decode on A100s only: generation gets faster.
+    fast = run_json(capsys, *BASE, "--colocate", "--tp", "4", "--params",
+                    write_yaml(tmp_path / "fast.yaml",
+                               {"per_gpu": {"A100-80GB": {"decode_hbm": 0.95}}}))
+    assert fast["tasks"]["actor_generation"] < base["tasks"]["actor_generation"]
+    assert fast["iteration_s"] < base["iteration_s"]
+
+
+# --- bound --------------------------------------------------------------------------------------
+
+def test_bound_json_and_text(capsys):
+    d = run_json(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
+    assert set(d) >= {"iteration_s_lower_bound", "compute_bound_s", "memory_bound_s", "flops",
+                      "hbm_bytes"}
+    assert d["iteration_s_lower_bound"] == max(d["compute_bound_s"], d["memory_bound_s"]) > 0
+    est = run_json(capsys, *BASE, "--colocate", "--tp", "4")
+    assert d["iteration_s_lower_bound"] < est["iteration_s"]
+    code, out, _ = run(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
+    assert code == 0 and "no plan can beat" in out
+
+
+# --- bad input: exit 2, one line ----------------------------------------------------------------
+
+def test_tp_not_dividing_heads(capsys):
+    code, _, err = run(capsys, "estimate", "-w", "qwen3-14b-ppo-sync",
+                       "-c", "paper64-single-region", "--colocate", "--tp", "16")
+    assert_user_error(code, err, "tp", "16", "must divide Qwen3-14B's 40 attention heads")
+
+
+def test_pp_beyond_layers(capsys):
+    code, _, err = run(capsys, "estimate", "-w", "qwen3-4b-grpo-sync",
+                       "-c", "paper64-single-region", "--colocate", "--pp", "64")
+    assert_user_error(code, err, "pp", "64", "must be <= Qwen3-4B's 36 layers")
+
+
+def test_plan_that_does_not_match_the_cluster(capsys, tmp_path):
+    wl, big = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("paper48-a100-l40s-single-region")
+    path = tmp_path / "plan48.json"
+    save_plan(colocated_plan(wl, big, tp=4), path)
+    code, _, err = run(capsys, *BASE, "--plan", str(path))
+    assert_user_error(code, err, "no such device in cluster 'a100x8'")
+
+
+def test_save_plan_needs_colocate(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    save_plan(colocated_plan(workload_preset("qwen3-8b-ppo-sync"), cluster_preset("a100x8"),
+                             tp=4), path)
+    code, _, err = run(capsys, *BASE, "--plan", str(path), "--save-plan", str(tmp_path / "x.json"))
+    assert_user_error(code, err, "--save-plan goes with --colocate")
+
+
+@pytest.mark.parametrize("params, fragments", [
+    ({"defaults": {"train_flops": 1.5}}, ["params.defaults.train_flops", "must be in (0, 1]"]),
+    ({"per_gpu": {"L4": {"decode_hbm": 0.0}}}, ["params.per_gpu.L4.decode_hbm", "(0, 1]"]),
+    ({"defaults": {"tensor_cores": 0.5}}, ["unknown kernel kind"]),
+    ({"per_gpu": {"L4": {"warp": 0.5}}}, ["unknown kernel kind"]),
+    ({"defaults": {"train_flops": "fast"}}, ["params.defaults.train_flops", "number"]),
+    ({"per_gpu": {"L4": 0.5}}, ["params.per_gpu.L4"]),
+    ({"grad_bytes": -4}, ["params.grad_bytes", ">= 0"]),
+    ({"grad_bytes": "four"}, ["params.grad_bytes", "number"]),
+    ({"activation_bytes_per_token_hidden": -1}, ["params.activation_bytes_per_token_hidden"]),
+    ({"eta": 1.5}, ["params.eta", "[0, 1]"]),
+    ({"usable_memory_fraction": 0}, ["params.usable_memory_fraction"]),
+    ({"speed": 2}, ["params.speed", "unknown key"]),
+])
+def test_bad_params_file(capsys, tmp_path, params, fragments):
+    path = write_yaml(tmp_path / "params.yaml", params)
+    code, _, err = run(capsys, *BASE, "--colocate", "--tp", "4", "--params", path)
+    assert_user_error(code, err, *fragments)
+
+
+def test_missing_params_file(capsys, tmp_path):
+    code, _, err = run(capsys, *BASE, "--colocate", "--tp", "4", "--params",
+                       str(tmp_path / "nope.yaml"))
+    assert_user_error(code, err, "nope.yaml", "cannot read")

@@ -1,0 +1,142 @@
+"""Memory per device: resident weights and trained states, working sets, violations, async copies.
+
+Qwen3-8B: 8,190,726,144 parameters (see test_tasks.py for the count), bf16 weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hetrl.cost.flops import stage_shapes
+from hetrl.cost.lengths import length_stats
+from hetrl.cost.memory import task_memory
+from hetrl.cost.model import CostModel
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.plan import colocated_plan, make_placement
+from hetrl.spec.cluster import homogeneous
+from hetrl.spec.model import model_preset
+from hetrl.spec.presets import workload_preset
+from tests.cost.test_tasks import fixed_workload
+
+PARAMS_8B = 8_190_726_144
+# The reward model: the LM head replaced by a scalar head (hidden values):
+# 36 x 192,946,176 (layers) + 151,936 x 4096 (embedding) + 4096 (head) + 4096 (final norm)
+PARAMS_8B_REWARD = 36 * 192_946_176 + 151_936 * 4096 + 4096 + 4096  # = 7,568,400,384
+GB = 1e9
+
+
+def test_training_states_follow_cost_params(a100x8):
+    wl = fixed_workload()
+    model = CostModel(wl, a100x8)
+    one = model.placement_memory(make_placement("actor_training", [0], 1, 1, 1, 36))
+    assert one.weights[0] == 2 * PARAMS_8B  # bf16: 2 bytes per parameter
+    # fp32 gradients (4 B) + fp32 master weights and Adam m, v (12 B) on one device: 16 B/param
+    assert one.states[0] == PARAMS_8B * (4 + 12)
+    assert one.weights[1:].sum() == 0 and one.states[1:].sum() == 0
+    # dp = 2: Adam states sharded over the 2 replicas (ZeRO-1), gradients kept whole: 4 + 12/2
+    two = model.placement_memory(make_placement("actor_training", [0, 1], 2, 1, 1, 36))
+    assert two.states[0] == two.states[1] == PARAMS_8B * (4 + 6)
+    # tp = 2: every per-device quantity halves.
+    tp2 = model.placement_memory(make_placement("actor_training", [0, 1], 1, 1, 2, 36))
+    assert tp2.states[1] == PARAMS_8B * 16 / 2 and tp2.weights[1] == PARAMS_8B
+    # Other byte counts in CostParams: bf16 grads and 8 bytes of optimizer state.
+    custom = CostModel(wl, a100x8, CostParams(grad_bytes=2, optimizer_state_bytes=8))
+    m = custom.placement_memory(make_placement("actor_training", [0, 1], 2, 1, 1, 36))
+    assert m.states[0] == PARAMS_8B * (2 + 8 / 2)
+    # Inference and generation hold weights only.
+    ref = model.placement_memory(make_placement("reference_inference", [0], 1, 1, 1, 36))
+    gen = model.placement_memory(make_placement("actor_generation", [0], 1, 1, 1, 36))
+    rew = model.placement_memory(make_placement("reward_inference", [0], 1, 1, 1, 36))
+    assert ref.states[0] == gen.states[0] == 0.0
+    assert ref.weights[0] == gen.weights[0] == 2 * PARAMS_8B
+    assert rew.weights[0] == 2 * PARAMS_8B_REWARD
+
+
+def test_working_sets_by_hand():
+    L = length_stats(fixed_workload())  # every sequence 256 + 256 = 512 tokens
+    (s,) = stage_shapes(model_preset("Qwen3-8B"), (36,), 1, True, 2)
+    # Training, 16 sequences in micro-batches of 4 (2048 tokens), pp = 1: one micro-batch in
+    # flight: 36 layers x 34 B x 2048 tokens x 4096 hidden (Korthikanti et al., flash attention)
+    # + the bf16 logits 2048 x 151,936 x 2 B.
+    tr = task_memory("training", "actor", s, 0, 1, 1, 16, 4, L, DEFAULT_PARAMS, recompute=False)
+    assert tr.working_bytes == 36 * 34 * 2048 * 4096 + 2048 * 151_936 * 2  # 10.89 GB
+    # Full recomputation keeps only each layer's input: 2 B per token x hidden.
+    re = task_memory("training", "actor", s, 0, 1, 1, 16, 4, L, DEFAULT_PARAMS, recompute=True)
+    assert re.working_bytes == 36 * 2 * 2048 * 4096 + 2048 * 151_936 * 2
+    # pp = 4, first stage, 16 micro-batches: 1F1B holds pp - j = 4 of them.
+    (s0, *_) = stage_shapes(model_preset("Qwen3-8B"), (9, 9, 9, 9), 1, True, 2)
+    pp4 = task_memory("training", "actor", s0, 0, 4, 1, 64, 4, L, DEFAULT_PARAMS, recompute=False)
+    assert pp4.working_bytes == 4 * 9 * 34 * 2048 * 4096  # no logits on the first stage
+    # Inference, micro-batch 16 (8192 tokens): one layer's live tensors, 16 B per token x hidden,
+    # plus the logits for the actor-shaped reference.
+    inf = task_memory("inference", "reference", s, 0, 1, 1, 16, 16, L, DEFAULT_PARAMS, False)
+    assert inf.working_bytes == 16 * 8192 * 4096 + 8192 * 151_936 * 2  # 3.03 GB
+    # Generation's working set is its KV cache, handled by the estimate (it takes what is left).
+    gen = task_memory("generation", "actor", s, 0, 1, 1, 16, 16, L, DEFAULT_PARAMS, False)
+    assert gen.working_bytes == 0.0
+
+
+def test_everything_on_one_gpu_is_flagged_with_numbers(a100x8):
+    wl = fixed_workload()  # GRPO, Qwen3-8B everywhere, 16 sequences of 512 tokens
+    plan = colocated_plan(wl, a100x8, devices=[3])
+    est = CostModel(wl, a100x8).estimate(plan)
+    # Weights: actor (shared by generation and training) + reference + reward.
+    weights = (2 * PARAMS_8B + 2 * PARAMS_8B + 2 * PARAMS_8B_REWARD) / GB  # 47.90 GB
+    states = 16 * PARAMS_8B / GB  # 131.05 GB
+    working = (36 * 34 * 2048 * 4096 + 2048 * 151_936 * 2) / GB  # training is the largest
+    need = weights + states + working  # 189.84 GB
+    usable = 0.92 * 80  # 73.6 GB
+    assert not est.feasible
+    expected = (f"device 3 (A100-80GB): needs {need:.1f} GB (weights {weights:.1f}, "
+                f"grads+optimizer {states:.1f}, working {working:.1f}) > usable {usable:.1f} GB "
+                "of 80 GB")
+    assert est.violations[0] == expected
+    # Nothing is left for the KV cache: generation reports it too.
+    assert any("KV cache budget" in v and "stage 0 (A100-80GB)" in v for v in est.violations)
+    assert list(est.peak_memory_gb) == [3]
+    assert est.peak_memory_gb[3] == pytest.approx(need)
+
+
+def test_qwen3_14b_ppo_on_eight_l4_is_infeasible():
+    wl = workload_preset("qwen3-14b-ppo-sync")
+    cluster = homogeneous("L4", 1, 8)
+    est = CostModel(wl, cluster).estimate(colocated_plan(wl, cluster, tp=1))
+    assert not est.feasible
+    memory = [v for v in est.violations if v.startswith("device ")]
+    assert len(memory) == 8  # every L4
+    assert memory[0].startswith("device 0 (L4): needs ")
+    assert "> usable 22.1 GB of 24 GB" in memory[0]  # 0.92 x 24
+    assert all(gb > 22.08 for gb in est.peak_memory_gb.values())
+
+
+def test_feasible_plan_fits_usable_memory(ppo8b, a100x8):
+    est = CostModel(ppo8b, a100x8).estimate(colocated_plan(ppo8b, a100x8, tp=4))
+    assert est.feasible and est.violations == ()
+    assert sorted(est.peak_memory_gb) == list(range(8))
+    assert all(0 < gb <= 0.92 * 80 + 1e-9 for gb in est.peak_memory_gb.values())
+
+
+def test_async_keeps_a_separate_generation_copy_of_the_actor(a100x8):
+    sync = workload_preset("qwen3-8b-ppo-sync")
+    asyn = workload_preset("qwen3-8b-ppo-async")
+    est_s = CostModel(sync, a100x8).estimate(colocated_plan(sync, a100x8, tp=4))
+    est_a = CostModel(asyn, a100x8).estimate(colocated_plan(asyn, a100x8, tp=4))
+    # Sync shares one actor copy between generation and training; async holds a second one: the
+    # generation shard, 2 B x 8,190,726,144 / 4 (tp) = 4.10 GB more on every device (the KV
+    # cache is capped by max_num_seqs = 256 in both, so it is the same).
+    assert est_a.generation_concurrency == est_s.generation_concurrency == 256
+    for d in range(8):
+        assert est_a.peak_memory_gb[d] - est_s.peak_memory_gb[d] == pytest.approx(
+            2 * PARAMS_8B / 4 / GB, rel=1e-9)
+
+
+def test_async_copy_on_one_device(a100x8):
+    # Everything on one device (infeasible, so no KV cache fits and peak = resident + working):
+    # sync counts the actor once for generation and training, async twice (16.38 GB more).
+    wl = fixed_workload()
+    asyn = wl.with_(mode="async", staleness=1)
+    est_s = CostModel(wl, a100x8).estimate(colocated_plan(wl, a100x8, devices=[0]))
+    est_a = CostModel(asyn, a100x8).estimate(colocated_plan(asyn, a100x8, devices=[0]))
+    assert est_a.peak_memory_gb[0] - est_s.peak_memory_gb[0] == pytest.approx(
+        2 * PARAMS_8B / GB, rel=1e-9)
+    assert "weights 64.3," in est_a.violations[0]  # 47.90 + 16.38
