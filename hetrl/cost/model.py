@@ -328,11 +328,11 @@ class CostModel:
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
         """Rollout data from the generation replicas to each replica of ``p`` (seconds)."""
-        src = tuple(r[0][0] for r in gen.devices)
-        dst = tuple(r[0][0] for r in p.devices)
-        key = ("data", kind, src, dst, p.data_weights)
+        key = ("data", gen, p)
         if key in self._tasklevel:
             return self._tasklevel[key]
+        src = tuple(r[0][0] for r in gen.devices)
+        dst = tuple(r[0][0] for r in p.devices)
         topo = self.cluster.topology
         worst = 0.0
         eff = self.params.efficiency(self.cluster.devices[dst[0]].gpu.name, "link")
@@ -388,6 +388,9 @@ class CostModel:
         resident = sum(copies.values()) + states
         need = resident + working
         kv_budget = self._mem_bytes - resident
+        if wl.mode == "async":
+            # vLLM keeps its KV pool allocated while other tasks run on a shared device.
+            kv_budget = kv_budget - working
         violations: list[str] = []
         for d in np.nonzero(used & (need > self._mem_bytes))[0].tolist():
             gpu = self.cluster.devices[d].gpu

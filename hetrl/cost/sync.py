@@ -1,11 +1,13 @@
 """Weight sync: the new actor weights from the training devices to the generation devices.
 
 Each generation device needs its shard (the layers of its stage, split over its TP group). It
-pulls from the training device with the quickest path to it (latency + bytes / bandwidth). Free when
-the generation and training layouts are identical on the same devices in sync mode (the weights
-are shared in place); a device-local copy when the device already trains the same shard in
-async mode. Concurrent pulls share node NICs: the time is the largest of the slowest single pull
-and every node's bytes in or out over its NIC.
+pulls from a training device with the quickest path to it (latency + bytes / bandwidth), spreading
+pulls over equally quick sources. Free when the generation and training layouts are identical on
+the same devices in sync mode (the weights are shared in place); a device-local copy in async
+mode (generation keeps its own copy). A device that trains in another layout holds a different
+shard and fetches its generation shard from another training device (no partial reuse), unless
+it trains a whole replica (tp = pp = 1): then a local copy. Concurrent pulls share node NICs: the
+time is the largest of the slowest single pull and every node's bytes in or out over its NIC.
 """
 
 from __future__ import annotations
@@ -35,24 +37,37 @@ def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tra
     shapes_of = [s for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
                  for _ in stage]
     nbytes = np.array([s.weight_bytes for s in shapes_of])
+    eff = np.array([params.efficiency(cluster.devices[d].gpu.name, "link") for d in dst.tolist()])
     bw = topo.bandwidth_Bps[np.ix_(src, dst)]
     lat = topo.latency_s[np.ix_(src, dst)]
-    eff = np.array([params.efficiency(cluster.devices[d].gpu.name, "link") for d in dst.tolist()])
-    # Per destination: the source with the quickest pull (latency + bytes / bandwidth).
     with np.errstate(divide="ignore"):
         pull = lat + nbytes[None, :] / (bw * eff[None, :])
-    best = np.argmin(pull, axis=0)
+    # A device that also trains holds a shard of another layout: it fetches its generation shard
+    # from another training device (conservative: no partial reuse) -- unless it trains a whole
+    # replica (tp = pp = 1) and so holds every weight: then a local copy.
+    own = src[:, None] == dst[None, :]
+    if train.tp == 1 and train.pp == 1:
+        hbm = np.array([topo.hbm_Bps[d] * params.efficiency(cluster.devices[d].gpu.name, "hbm")
+                        for d in dst.tolist()])
+        pull = np.where(own, (2 * nbytes / hbm)[None, :], pull)
+    else:
+        pull[own] = np.inf
+    # Each destination pulls from a quickest source; among sources within 1% of the quickest,
+    # the least loaded so far (pulls spread over the training devices).
+    sent = np.zeros(src.size)
+    best = np.empty(dst.size, dtype=np.int64)
+    for k in range(dst.size):
+        col = pull[:, k]
+        near = np.nonzero(col <= col.min() * 1.01)[0]
+        best[k] = near[np.argmin(sent[near])]
+        sent[best[k]] += nbytes[k]
     cols = np.arange(dst.size)
+    worst = float(pull[best, cols].max())
     sdev = src[best]
-    remote = sdev != dst
-    if not remote.any():
-        return 0.0
-    worst = float(pull[best, cols][remote].max())
     a, b = topo.node_of[sdev], topo.node_of[dst]
-    off = remote & (a != b)
+    off = (a != b) & (sdev != dst)
     n_nodes = topo.nic_Bps.size
     node_out = np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
     node_in = np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
-    link_eff = float(eff.min())
-    nic = topo.nic_Bps * link_eff
+    nic = topo.nic_Bps * float(eff.min())
     return max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
