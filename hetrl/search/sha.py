@@ -95,14 +95,24 @@ def _init_worker(workload, cluster, params) -> None:
     _WORKER["model"] = CostModel(workload, cluster, params)
 
 
+def _job_cap(arms: list[Arm], budget: float) -> int:
+    """Most evaluations one job may use: its share plus the rounding of its inner rounds."""
+    return len(arms) * (1 + math.ceil(math.log2(max(len(arms), 1)))) + int(math.ceil(budget)) + 1
+
+
 def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
-                model: CostModel | None = None) -> dict[str, Any]:
+                model: CostModel | None = None, cap: int | None = None) -> dict[str, Any]:
     """Run one task grouping's inner halving with its own evaluation budget (so the result does
-    not depend on where or in which order jobs run) and report what it found."""
+    not depend on where or in which order jobs run) and report what it found. ``cap`` bounds
+    its evaluations (the global budget's remainder allotted to this job)."""
     model = model or _WORKER["model"]
+    if cap is None:
+        cap = _job_cap(arms, budget)
+    if cap < 1:
+        return {"arms": arms, "keep": list(range(len(arms))), "best": None, "evaluations": 0,
+                "history": []}
     for arm in arms:
         arm.model = model
-    cap = len(arms) * (1 + math.ceil(math.log2(max(len(arms), 1)))) + int(math.ceil(budget)) + 1
     local = Evaluator(model.workload, model.cluster,
                       Budget(seconds=seconds_left, evaluations=cap), model.params, model=model)
     survivors = arms
@@ -131,19 +141,36 @@ class _Runner:
                 workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
                 initargs=(ev.workload, ev.cluster, ev.model.params))
 
+    def _caps(self, jobs: list[tuple[_Level1, float]]) -> list[int | None]:
+        """Each job's evaluation cap, allotted in job order from what the global evaluation
+        budget has left (fixed before any job runs, so serial and pooled runs agree and the
+        total never exceeds the budget)."""
+        b = self.ev.budget
+        if b.evaluations is None:
+            return [None] * len(jobs)
+        left = b.evaluations - self.ev.evaluations
+        caps: list[int | None] = []
+        for l1, budget in jobs:
+            cap = max(min(_job_cap(l1.arms, budget), left), 0)
+            caps.append(cap)
+            left -= cap
+        return caps
+
     def run(self, jobs: list[tuple[_Level1, float]], halve: bool) -> None:
         ev = self.ev
-        left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 0.0)
+        caps = self._caps(jobs)
+        left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 1e-6)
         if self.pool is None:
             results = []
-            for l1, budget in jobs:
+            for (l1, budget), cap in zip(jobs, caps, strict=True):
                 if ev.exhausted():
                     break
-                left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 0.0)
-                results.append(_level1_job(l1.arms, budget, halve, left, ev.model))
+                left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 1e-6)
+                results.append(_level1_job(l1.arms, budget, halve, left, ev.model, cap))
                 self._merge(l1, results[-1])
             return
-        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left) for l1, budget in jobs]
+        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left, None, cap)
+                   for (l1, budget), cap in zip(jobs, caps, strict=True)]
         for (l1, _), fut in zip(jobs, futures, strict=True):
             self._merge(l1, fut.result())
 
