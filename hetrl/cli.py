@@ -139,13 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hetrl {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that closed early (e.g. `head`)
+        sys.stderr.close()
+        return 0
 
 
 def _load_command_modules() -> None:
     """Commands defined in other modules register themselves on import."""
     import importlib
 
-    for module in ("hetrl.cli_cost", "hetrl.cli_search"):
+    for module in ("hetrl.cli_cost", "hetrl.cli_search", "hetrl.cli_sim"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -7,7 +7,7 @@ of parameters; :func:`estimate` keeps one per (workload, cluster, params).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -231,6 +231,35 @@ class CostModel:
             out.append(rc.seconds)
         return out
 
+    def _memory_layers(self, plan: Plan) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
+                                                   np.ndarray]:
+        """Per device: weights of each model copy, trained states, the largest working set, and
+        which devices the plan uses (bytes; arrays over all devices)."""
+        copies: dict[str, np.ndarray] = {}
+        states = working = None
+        used = np.zeros(self.cluster.num_devices, dtype=bool)
+        for p in plan.placements:
+            m = self.placement_memory(p)
+            prev = copies.get(m.copy)
+            copies[m.copy] = m.weights if prev is None else np.maximum(prev, m.weights)
+            states = m.states if states is None else states + m.states
+            working = m.working if working is None else np.maximum(working, m.working)
+            used[m.devices] = True
+        assert states is not None and working is not None
+        return copies, states, working, used
+
+    def _kv_budget(self, resident: np.ndarray, working: np.ndarray) -> np.ndarray:
+        kv_budget = self._mem_bytes - resident
+        if self.workload.mode == "async":
+            # vLLM keeps its KV pool allocated while other tasks run on a shared device.
+            kv_budget = kv_budget - working
+        return kv_budget
+
+    def kv_budgets(self, plan: Plan) -> np.ndarray:
+        """Bytes each device can give the generation engine's KV cache under ``plan``."""
+        copies, states, working, _ = self._memory_layers(plan)
+        return self._kv_budget(sum(copies.values()) + states, working)
+
     def task_alone(self, p: TaskPlacement) -> tuple[float, np.ndarray]:
         """A task's seconds when it runs alone on its devices (generation: its KV cache gets the
         memory left after its own weights; no input transfer) and the bytes it needs on each
@@ -308,17 +337,31 @@ class CostModel:
         params, topo = self.params, self.cluster.topology
         grid = np.array(p.devices)  # (dp, pp, tp)
         dp_s = opt_s = 0.0
+        # All DP groups (one per stage and tp rank) reduce at once: a node's uplink is shared by
+        # every group whose ring leaves the node.
+        groups = [(j, k, tuple(grid[:, j, k].tolist())) for j in range(p.pp) for k in range(p.tp)]
+        crossing = np.zeros(len(self.cluster.nodes))
+        for _, _, members in groups:
+            nodes = {int(topo.node_of[d]) for d in members}
+            if len(nodes) > 1:
+                crossing[list(nodes)] += 1
         for j, shape in enumerate(shapes):
             stage = grid[:, j, :]
             hbm = topo.hbm_Bps[stage].min()
             gpu = self.cluster.devices[int(stage[0, 0])].gpu.name
             opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / p.dp,
                                         float(hbm), params.efficiency(gpu, "hbm")))
-            if p.dp == 1:
-                continue
-            eff = params.efficiency(gpu, "link")
-            for k in range(p.tp):
-                g = group_links(self.cluster, tuple(stage[:, k].tolist()))
+        if p.dp > 1:
+            for j, k, members in groups:
+                shape = shapes[j]
+                gpu = self.cluster.devices[members[0]].gpu.name
+                eff = params.efficiency(gpu, "link")
+                g = group_links(self.cluster, members)
+                if g.nodes > 1:
+                    nodes = list({int(topo.node_of[d]) for d in members})
+                    share = float((topo.uplink_Bps[nodes] / crossing[nodes]).min())
+                    g = replace(g, ring_Bps=min(g.ring_Bps, share),
+                                inter_Bps=min(g.inter_Bps, share / max(g.per_node, 1)))
                 t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
                      + all_gather_time(shape.params * self.workload.bytes_per_value, g, eff))
                 dp_s = max(dp_s, t)
@@ -374,23 +417,10 @@ class CostModel:
     def _estimate(self, plan: Plan) -> Estimate:
         wl = self.workload
         placements = {p.task: p for p in plan.placements}
-        # Memory: resident copies and states, and the largest working set per device.
-        copies: dict[str, np.ndarray] = {}
-        states = working = None
-        used = np.zeros(self.cluster.num_devices, dtype=bool)
-        for p in plan.placements:
-            m = self.placement_memory(p)
-            prev = copies.get(m.copy)
-            copies[m.copy] = m.weights if prev is None else np.maximum(prev, m.weights)
-            states = m.states if states is None else states + m.states
-            working = m.working if working is None else np.maximum(working, m.working)
-            used[m.devices] = True
+        copies, states, working, used = self._memory_layers(plan)
         resident = sum(copies.values()) + states
         need = resident + working
-        kv_budget = self._mem_bytes - resident
-        if wl.mode == "async":
-            # vLLM keeps its KV pool allocated while other tasks run on a shared device.
-            kv_budget = kv_budget - working
+        kv_budget = self._kv_budget(resident, working)
         violations: list[str] = []
         for d in np.nonzero(used & (need > self._mem_bytes))[0].tolist():
             gpu = self.cluster.devices[d].gpu

@@ -25,7 +25,9 @@ class StageHW:
 @dataclass(frozen=True)
 class ReplicaHW:
     stages: tuple[StageHW, ...]
-    boundaries: tuple[tuple[float, float], ...]  # (latency s, bandwidth B/s) stage j -> j+1
+    #: stage j -> j+1: (latency s, bandwidth B/s for the whole boundary message, all tp ranks'
+    #: slices in parallel)
+    boundaries: tuple[tuple[float, float], ...]
 
     def __hash__(self) -> int:  # hashed in every cache key: compute once
         h = self.__dict__.get("_hash")
@@ -61,9 +63,16 @@ def _replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> R
             tp=group_links(cluster, tuple(stage)),
         ))
     boundaries = []
+    node_of = topo.node_of
     for a, b in zip(replica, replica[1:], strict=False):
-        boundaries.append((
-            max(lat[x][y] for x, y in zip(a, b, strict=True)),
-            min(bw[x][y] for x, y in zip(a, b, strict=True)),
-        ))
+        pairs = list(zip(a, b, strict=True))
+        # The tp ranks send their slices in parallel: together at most tp x the slowest flow,
+        # and at most what the node uplinks they cross can carry.
+        total = len(pairs) * min(bw[x][y] for x, y in pairs)
+        crossing = [(int(node_of[x]), int(node_of[y])) for x, y in pairs if node_of[x] != node_of[y]]
+        for na, nb in set(crossing):
+            flows = crossing.count((na, nb))
+            share = min(topo.uplink_Bps[na], topo.uplink_Bps[nb]) / flows
+            total = min(total, len(pairs) * share)
+        boundaries.append((max(lat[x][y] for x, y in pairs), float(total)))
     return ReplicaHW(tuple(stages), tuple(boundaries))

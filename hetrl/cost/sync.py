@@ -7,7 +7,7 @@ the same devices in sync mode (the weights are shared in place); a device-local 
 mode (generation keeps its own copy). A device that trains in another layout holds a different
 shard and fetches its generation shard from another training device (no partial reuse), unless
 it trains a whole replica (tp = pp = 1): then a local copy. Concurrent pulls share node NICs: the
-time is the largest of the slowest single pull and every node's bytes in or out over its NIC.
+time is the largest of the slowest single pull and every node's bytes in or out over its uplink (NIC, or an edge node's slow link).
 """
 
 from __future__ import annotations
@@ -23,14 +23,28 @@ from hetrl.spec.cluster import ClusterSpec
 def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
                      cluster: ClusterSpec, params: CostParams, shared_in_place: bool) -> float:
     """Seconds to move the actor's new weights into the generation engine."""
+    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place)[0]
+
+
+def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
+                      cluster: ClusterSpec, params: CostParams, shared_in_place: bool
+                      ) -> tuple[list[tuple[int, int, float]], list[tuple[int, float]]]:
+    """The transfers a weight sync makes: (source, destination, bytes) pulls between devices and
+    (device, seconds) local copies -- what the simulator replays."""
+    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place)[1:]
+
+
+def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
+                 cluster: ClusterSpec, params: CostParams, shared_in_place: bool
+                 ) -> tuple[float, list[tuple[int, int, float]], list[tuple[int, float]]]:
     if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage:
         if shared_in_place:
-            return 0.0
-        return max(
-            s.weight_bytes / (cluster.topology.hbm_Bps[d] * params.efficiency(
-                cluster.devices[d].gpu.name, "hbm"))
-            for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
-            for d in stage)
+            return 0.0, [], []
+        local = [(d, s.weight_bytes / (cluster.topology.hbm_Bps[d] * params.efficiency(
+                     cluster.devices[d].gpu.name, "hbm")))
+                 for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
+                 for d in stage]
+        return max(t for _, t in local), [], local
     topo = cluster.topology
     src = np.array(train.device_ids)
     dst = np.array(gen.device_ids)
@@ -69,5 +83,8 @@ def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tra
     n_nodes = topo.nic_Bps.size
     node_out = np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
     node_in = np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
-    nic = topo.nic_Bps * float(eff.min())
-    return max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
+    nic = topo.uplink_Bps * float(eff.min())
+    pulls = [(int(sdev[k]), int(dst[k]), float(nbytes[k])) for k in range(dst.size)
+             if sdev[k] != dst[k]]
+    local = [(int(dst[k]), float(pull[best[k], k])) for k in range(dst.size) if sdev[k] == dst[k]]
+    return max(worst, float((node_out / nic).max()), float((node_in / nic).max())), pulls, local

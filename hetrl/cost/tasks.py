@@ -79,8 +79,8 @@ def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
         pre_h += hb if hb > c else 0.0
         pre_tp += tp
     link_eff = params.efficiency(hw.stages[0].gpu, "link")
-    tp_n = shapes[0].tp  # stage sends are split over the tp ranks (scatter-gather), in parallel
-    pre_pp = chunks * sum(p2p_time(chunk_tok * h * bpv / tp_n, lat, bw, link_eff)
+    # a boundary's bandwidth already counts its tp ranks sending their slices in parallel
+    pre_pp = chunks * sum(p2p_time(chunk_tok * h * bpv, lat, bw, link_eff)
                           for lat, bw in hw.boundaries)
     # Decode: vectors over steps s = 1..max response length.
     def step_costs(batch: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -98,7 +98,7 @@ def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
                                                      params.efficiency(st.gpu, "link"))
         pp = np.zeros_like(batch)
         for lat, bw in hw.boundaries:
-            pp += lat + batch * h * bpv / tp_n / (bw * link_eff)
+            pp += lat + batch * h * bpv / (bw * link_eff)
         return comp, mem, tp, pp
 
     # Saturated phase.
@@ -148,7 +148,7 @@ def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: 
             tokens * h * bpv, st.tp, params.efficiency(st.gpu, "link")))
         if j < len(hw.boundaries):
             lat, bw = hw.boundaries[j]
-            bnd.append(boundary_msgs * p2p_time(tokens * h * bpv / s.tp, lat, bw,
+            bnd.append(boundary_msgs * p2p_time(tokens * h * bpv, lat, bw,
                                                 params.efficiency(st.gpu, "link")))
         else:
             bnd.append(0.0)

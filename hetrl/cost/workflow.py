@@ -8,8 +8,10 @@ eta (CostParams.eta), Phi = eta * max + (1 - eta) * sum, as in the paper.
 Async with staleness k: generation of batch j may use weights up to k versions older than sync
 would (batch j waits for training of batch j-1-k plus the sync). In steady state the period P is
 the larger of (a) the dependency cycle through k+1 iterations, (T_gen + T_inf + T_train +
-T_sync) / (k + 1), and (b) the busiest device's work per iteration (every task on it, plus the
-weight load on generation devices): overlap is limited by shared devices and by weight sync.
+T_sync) / (k + 1), (b) the busiest device's work per iteration (every task on it, plus the
+weight load on generation devices), and (c) the training stage plus, for PPO, the critic
+inference (training consumes batches in order; critic inference of batch i+1 needs the critic
+trained on batch i): overlap is limited by shared devices, weight sync and the critic.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
                    devices: Mapping[str, frozenset[int]], sync_s: float, mode: str,
                    staleness: int, eta: float | None) -> tuple[float, float]:
     """(iteration seconds, the sync-mode dependency chain seconds) for the given task times."""
-    chain = sum(stage_makespan(names, seconds, devices, eta) for names in stages) + sync_s
+    spans = [stage_makespan(names, seconds, devices, eta) for names in stages]
+    chain = sum(spans) + sync_s
     if mode == "sync":
         return chain, chain
+    # Training consumes batches in order, and PPO's critic inference of batch i+1 needs the
+    # critic trained on batch i: a cycle of one iteration through the training stage.
+    cycle = spans[-1] + seconds.get("critic_inference", 0.0)
     busy: dict[int, float] = {}
     for names in stages:
         for name in names:
@@ -51,5 +57,5 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
                 busy[d] = busy.get(d, 0.0) + seconds[name]
     for d in devices[stages[0][0]]:
         busy[d] = busy.get(d, 0.0) + sync_s
-    period = max(chain / (staleness + 1), max(busy.values()))
+    period = max(chain / (staleness + 1), max(busy.values()), cycle)
     return period, chain

@@ -307,7 +307,8 @@ class Topology:
     flops: np.ndarray
     hbm_Bps: np.ndarray
     memory_bytes: np.ndarray
-    nic_Bps: np.ndarray  # per node
+    nic_Bps: np.ndarray  # per node: its NIC, bytes/s
+    uplink_Bps: np.ndarray  # per node: its link out of the node (the NIC; an edge node's uplink)
     #: Caches of pure functions of this topology, filled by the cost model (key -> dict).
     memo: dict = field(default_factory=dict, repr=False)
 
@@ -343,13 +344,16 @@ class Topology:
                        latency_s=extra_ms / 1e3 if multi else 0.0,
                        bandwidth_Bps=net.inter_zone_bandwidth_gbps * 1e9 / 8 if multi else np.inf)
         nic = np.zeros(len(cluster.nodes))
+        uplink = np.zeros(len(cluster.nodes))
         for k, node in enumerate(cluster.nodes):
             nic[k] = cluster.node_nic_gbps(node) * 1e9 / 8
             host = ("host", node.name)
             if node.edge:
+                uplink[k] = min(net.edge_bandwidth_gbps * 1e9 / 8, nic[k])
                 g.add_edge(host, ("region", node.region), latency_s=net.edge_latency_ms / 1e3,
-                           bandwidth_Bps=min(net.edge_bandwidth_gbps * 1e9 / 8, nic[k]))
+                           bandwidth_Bps=uplink[k])
             else:
+                uplink[k] = nic[k]
                 g.add_edge(host, ("zone", node.region, node.zone),
                            latency_s=net.intra_zone_latency_ms / 2e3, bandwidth_Bps=nic[k])
         for link in cluster.region_links:
@@ -383,6 +387,7 @@ class Topology:
             hbm_Bps=np.array([d.gpu.hbm_bytes_per_s for d in devices]),
             memory_bytes=np.array([d.gpu.memory_bytes for d in devices]),
             nic_Bps=nic,
+            uplink_Bps=uplink,
         )
 
 

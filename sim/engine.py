@@ -1,0 +1,420 @@
+"""The discrete-event simulator: RL iterations of a plan replayed on SimPy.
+
+Entities: one compute stream per device (a SimPy resource: a task holds the streams of all its
+devices while it runs, so tasks sharing GPUs run one after another), the fluid network of
+:mod:`sim.network`, and the processes below.
+
+- Generation, per DP replica: continuous batching. Each sequence's prompt and response lengths
+  are drawn (seeded per iteration); up to B sequences decode at once (B from the KV cache left
+  on the replica's devices, as in the cost model); admitted prompts are prefilled, then the batch
+  decodes until its next sequence ends (runs of decode steps whose time follows the batch and
+  its growing context); the replica ends with its last sequence.
+- Inference and training, per micro-batch through the pipeline stages, with the stage-to-stage
+  activations (and gradients) moved over the network; training runs 1F1B, then the gradient
+  reduce-scatter and parameter all-gather of every DP group as ring steps over the network,
+  then the optimizer step.
+- Rollout data moves from the generation replicas to every downstream replica; after actor
+  training the weights move to the generation devices (the cost model's pull plan).
+
+Sync and async share one loop: generation of iteration i waits until the weights of iteration
+i - 1 - k have arrived (k = 0 in sync mode), and training consumes batches in order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from hetrl.cost.model import CostModel
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.sync import weight_sync_pulls
+from hetrl.plan import Plan, TaskPlacement
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+from hetrl.trace import Span
+from sim.network import LinkFault, Network
+from sim.ops import ReplicaOps
+
+DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
+
+
+def split_counts(n: int, shares: Sequence[float]) -> list[int]:
+    """``n`` items over replicas in proportion to ``shares`` (largest remainder)."""
+    raw = [n * s for s in shares]
+    out = [math.floor(x) for x in raw]
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - out[i], reverse=True)[: n - sum(out)]:
+        out[i] += 1
+    return out
+
+
+@dataclass
+class Batch:
+    """One iteration's samples: prompt and response lengths (tokens), and where each was
+    generated (the generation replica's head device)."""
+
+    iteration: int
+    prompt: np.ndarray
+    response: np.ndarray
+    origin: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+class Simulation:
+    def __init__(self, plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
+                 params: CostParams = DEFAULT_PARAMS, seed: int = 0, start_s: float = 0.0,
+                 first_iteration: int = 0):
+        self.plan, self.workload, self.cluster, self.params = plan, workload, cluster, params
+        self.seed = seed
+        self.env = simpy.Environment(initial_time=start_s)
+        self.model = CostModel(workload, cluster, params)
+        devices = cluster.devices
+        self.net = Network(self.env, cluster,
+                           lambda d: params.efficiency(devices[d].gpu.name, "link"))
+        self.streams = {d.id: simpy.Resource(self.env, 1) for d in devices}
+        self.slowdown = np.ones(cluster.num_devices)
+        self.spans: list[Span] = []
+        self.iterations: list[tuple[float, float]] = []
+        self.first_iteration = first_iteration
+        self.placements = {p.task: p for p in plan.placements}
+        self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params)
+                             for r in p.devices] for p in plan.placements}
+        kv = self.model.kv_budgets(plan)
+        gen = self.placements["actor_generation"]
+        shapes = self.model.shapes(gen.task, gen)
+        L = self.model.L
+        self.concurrency = []
+        for replica in gen.devices:
+            cap = workload.gen_max_concurrency
+            for s, stage in zip(shapes, replica, strict=True):
+                budget = float(min(kv[d] for d in stage))
+                cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * L.seq_mean)))
+            self.concurrency.append(max(cap, 1))
+        self.pulls, self.local_copies = weight_sync_pulls(
+            gen, shapes, self.placements["actor_training"], cluster, params,
+            shared_in_place=workload.mode == "sync")
+        self.stage_names = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
+
+    # --- helpers ---
+    def span(self, name: str, kind: str, task: str, it: int, start: float, devices=(),
+             nbytes: float = 0.0, **meta) -> None:
+        self.spans.append(Span(name, kind, task, it, float(start), float(self.env.now),
+                               tuple(int(d) for d in devices), float(nbytes), meta))
+
+    def slow(self, devices) -> float:
+        return float(max(self.slowdown[d] for d in devices))
+
+    def draw(self, iteration: int) -> Batch:
+        rng = np.random.default_rng([self.seed, iteration])
+        wl = self.workload
+        prompts = wl.prompt_length.sample(rng, wl.batch_prompts)
+        responses = wl.response_length.sample(rng, wl.samples)
+        return Batch(iteration, np.repeat(prompts, wl.responses_per_prompt), responses)
+
+    def move(self, src: int, dst: int, nbytes: float, task: str, it: int, name: str,
+             weight: int = 1):
+        """A network transfer recorded as a span (``weight`` identical parallel flows)."""
+        start = self.env.now
+        yield self.net.transfer(src, dst, nbytes, weight)
+        if src != dst and nbytes > 0:
+            self.span(name, "transfer", task, it, start, (src, dst), nbytes * weight,
+                      flows=weight)
+
+    def bundle(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """Parallel flows between the same two nodes, as (src, dst, weight) bundles."""
+        node = self.cluster.topology.node_of
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for a, b in pairs:
+            if a != b:
+                groups.setdefault((int(node[a]), int(node[b])), []).append((a, b))
+        return [(g[0][0], g[0][1], len(g)) for g in groups.values()]
+
+    # --- tasks ---
+    def run_task(self, task: str, batch: Batch):
+        """Hold the task's devices, run its replicas in parallel, record the task span."""
+        p = self.placements[task]
+        devices = sorted(p.device_ids)
+        requests = [self.streams[d].request() for d in devices]
+        for r in requests:
+            yield r
+        start = self.env.now
+        kind = self.workload.task(task).kind
+        if kind == "generation":
+            counts = split_counts(len(batch.response), p.data_shares)
+            bounds = np.cumsum([0] + counts)
+            origin = np.zeros(len(batch.response), dtype=np.int64)
+            procs = []
+            for i, replica in enumerate(p.devices):
+                lo, hi = int(bounds[i]), int(bounds[i + 1])
+                origin[lo:hi] = replica[0][0]
+                procs.append(self.env.process(self.generation_replica(
+                    task, i, batch, lo, hi)))
+            batch.origin = origin
+            yield simpy.AllOf(self.env, procs)
+        else:
+            yield from self.forward_task(p, kind, batch)
+        for d, r in zip(devices, requests, strict=True):
+            self.streams[d].release(r)
+        self.span(task, "task", task, batch.iteration, start, devices)
+
+    def generation_replica(self, task: str, i: int, batch: Batch, lo: int, hi: int):
+        p = self.placements[task]
+        ops = self.ops[task][i]
+        devices = [d for stage in p.devices[i] for d in stage]
+        start = self.env.now
+        B = self.concurrency[i]
+        queue = deque(range(lo, hi))
+        running: list[tuple[int, int]] = []  # heap of (finish step, sample)
+        step = 0  # decode steps done by this replica
+        ctx_sum = 0.0
+        peak = 0
+        while queue or running:
+            admit = []
+            while queue and len(running) + len(admit) < B:
+                admit.append(queue.popleft())
+            if admit:
+                pl = batch.prompt[admit].astype(float)
+                dt = ops.prefill(float(pl.sum()), float((pl * pl).sum()))
+                yield self.env.timeout(dt * self.slow(devices))
+                for s in admit:
+                    heapq.heappush(running, (step + int(batch.response[s]), s))
+                    ctx_sum += float(batch.prompt[s])
+            peak = max(peak, len(running))
+            nxt = running[0][0]
+            k = nxt - step
+            b = len(running)
+            dt = ops.decode(b, ctx_sum + b, k)  # step s attends prompt + s tokens
+            yield self.env.timeout(dt * self.slow(devices))
+            step = nxt
+            ctx_sum += b * k
+            while running and running[0][0] == step:
+                _, s = heapq.heappop(running)
+                ctx_sum -= float(batch.prompt[s] + batch.response[s])
+        self.span(f"{task}[{i}]", "tasklet", task, batch.iteration, start, devices,
+                  sequences=hi - lo, concurrency=B, peak_batch=peak)
+
+    def forward_task(self, p: TaskPlacement, kind: str, batch: Batch):
+        wl = self.workload
+        n = len(batch.response)
+        counts = split_counts(n, p.data_shares)
+        bounds = np.cumsum([0] + counts)
+        lengths = batch.prompt + batch.response
+        steps = wl.optimizer_steps if kind == "training" else 1
+        # Rollout data in: from each sample's generation replica to the replica's first device.
+        moves = []
+        for i, replica in enumerate(p.devices):
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            head = replica[0][0]
+            per_src: dict[int, float] = {}
+            for src, tok in zip(batch.origin[lo:hi].tolist(), lengths[lo:hi].tolist(), strict=True):
+                per_src[src] = per_src.get(src, 0.0) + tok * DATA_BYTES_PER_TOKEN[kind]
+            moves += [self.env.process(self.move(src, head, b, p.task, batch.iteration, "rollout data"))
+                      for src, b in per_src.items()]
+        if moves:
+            yield simpy.AllOf(self.env, moves)
+        for step in range(steps):
+            procs = []
+            for i, replica in enumerate(p.devices):
+                lo, hi = int(bounds[i]), int(bounds[i + 1])
+                # this optimizer step's slice of the replica's samples
+                idx = np.arange(lo, hi)
+                part = np.array_split(idx, steps)[step]
+                mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+                micro = [part[k:k + mbs] for k in range(0, len(part), mbs)]
+                procs.append(self.env.process(self.pipeline(p, i, micro, lengths, kind, batch.iteration)))
+            yield simpy.AllOf(self.env, procs)
+            if kind == "training":
+                yield from self.gradient_sync(p, batch.iteration)
+                yield from self.optimizer_step(p, batch.iteration)
+
+    def pipeline(self, p: TaskPlacement, i: int, micro: list[np.ndarray], lengths: np.ndarray,
+                 kind: str, it: int):
+        """Micro-batches through the stages of replica i: forward only (inference) or 1F1B."""
+        ops = self.ops[p.task][i]
+        replica = p.devices[i]
+        pp = p.pp
+        m = len(micro)
+        if m == 0:
+            return
+        tok = [float(lengths[mb].sum()) for mb in micro]
+        sq = [float((lengths[mb].astype(float) ** 2).sum()) for mb in micro]
+        act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
+        grad = [[self.env.event() for _ in range(pp)] for _ in range(m)]
+        train = kind == "training"
+        recompute = self.workload.recompute
+        stage_done = []
+
+        def send(src_stage: int, dst_stage: int, mb: int, event: simpy.Event, what: str):
+            nbytes = ops.boundary_bytes(tok[mb])
+            pairs = list(zip(replica[src_stage], replica[dst_stage], strict=True))
+            flows = [self.env.process(self.move(a, b, nbytes, p.task, it, what, w))
+                     for a, b, w in self.bundle(pairs)]
+            if flows:
+                yield simpy.AllOf(self.env, flows)
+            event.succeed()
+
+        def stage(j: int):
+            devs = replica[j]
+            if train:
+                warm = min(pp - j - 1, m)
+                order = [("F", k) for k in range(warm)]
+                for k in range(m - warm):
+                    order += [("F", warm + k), ("B", k)]
+                order += [("B", k) for k in range(m - warm, m)]
+            else:
+                order = [("F", k) for k in range(m)]
+            busy = 0.0
+            first = None
+            for op, mb in order:
+                if op == "F" and j > 0:
+                    yield act[mb][j]
+                if op == "B" and j < pp - 1:
+                    yield grad[mb][j]
+                start = self.env.now
+                first = start if first is None else first
+                if op == "F":
+                    dur = ops.forward(j, tok[mb], sq[mb], "train" if train else "infer")
+                else:
+                    dur = ops.backward(j, tok[mb], sq[mb], recompute)
+                yield self.env.timeout(dur * self.slow(devs))
+                busy += self.env.now - start
+                self.span("forward" if op == "F" else "backward", "tasklet", p.task, it, start,
+                          devs, replica=i, stage=j, micro_batch=mb)
+                if op == "F" and j < pp - 1:
+                    self.env.process(send(j, j + 1, mb, act[mb][j + 1], "activations"))
+                if op == "B" and j > 0:
+                    self.env.process(send(j, j - 1, mb, grad[mb][j - 1], "gradients"))
+            stage_done.append((first, self.env.now, busy))
+
+        yield simpy.AllOf(self.env, [self.env.process(stage(j)) for j in range(pp)])
+
+    def gradient_sync(self, p: TaskPlacement, it: int):
+        """Reduce-scatter of gradients and all-gather of parameters in every DP group, as ring
+        steps of flows over the network (all groups at once)."""
+        if p.dp == 1:
+            return
+        shapes = self.model.shapes(p.task, p)
+        topo = self.cluster.topology
+        groups = []  # per stage: the tp rings, bundled when they visit the same nodes in turn
+        for j, shape in enumerate(shapes):
+            nbytes = shape.params * (self.params.grad_bytes + self.workload.bytes_per_value)
+            rings = [sorted((p.devices[r][j][k] for r in range(p.dp)),
+                            key=lambda d: (int(topo.node_of[d]), d)) for k in range(p.tp)]
+            by_nodes: dict[tuple[int, ...], list[list[int]]] = {}
+            for ring in rings:
+                by_nodes.setdefault(tuple(int(topo.node_of[d]) for d in ring), []).append(ring)
+            for same in by_nodes.values():
+                groups.append((same[0], nbytes, len(same)))
+        start = self.env.now
+        yield simpy.AllOf(self.env, [self.env.process(self.ring(members, nbytes, weight))
+                                     for members, nbytes, weight in groups])
+        self.span("gradient sync", "collective", p.task, it, start,
+                  sorted({d for r in range(p.dp) for stage in p.devices[r] for d in stage}),
+                  sum(b * w for _, b, w in groups))
+
+    def ring(self, members: list[int], nbytes: float, weight: int = 1):
+        """(n - 1) steps each moving nbytes / n from every member to the next in the ring --
+        a reduce-scatter of grad bytes followed by an all-gather of parameter bytes.
+        ``weight`` identical rings over the same nodes move together."""
+        n = len(members)
+        chunk = nbytes / n
+        pairs = list(zip(members, members[1:] + members[:1], strict=True))
+        for _ in range(n - 1):
+            yield simpy.AllOf(self.env, [self.net.transfer(a, b, chunk, weight) for a, b in pairs])
+
+    def optimizer_step(self, p: TaskPlacement, it: int):
+        shapes = self.model.shapes(p.task, p)
+        topo = self.cluster.topology
+        worst = 0.0
+        for replica in p.devices:
+            for shape, stage in zip(shapes, replica, strict=True):
+                for d in stage:
+                    gpu = self.cluster.devices[d].gpu.name
+                    t = shape.params * self.params.optimizer_step_hbm_bytes / p.dp / (
+                        topo.hbm_Bps[d] * self.params.efficiency(gpu, "hbm"))
+                    worst = max(worst, t * self.slowdown[d])
+        yield self.env.timeout(worst)
+
+    def weight_sync(self, it: int):
+        start = self.env.now
+        procs = [self.env.process(self.move(src, dst, b, "weight_sync", it, "weights"))
+                 for src, dst, b in self.pulls]
+        if self.local_copies:
+            procs.append(self.env.timeout(max(t for _, t in self.local_copies)))
+        if procs:
+            yield simpy.AllOf(self.env, procs)
+        devices = sorted({d for _, d, _ in self.pulls} | {d for d, _ in self.local_copies})
+        self.span("weight_sync", "task", "weight_sync", it, start, devices,
+                  sum(b for _, _, b in self.pulls))
+
+    # --- the loop ---
+    def run(self, iterations: int, stop: simpy.Event | None = None) -> None:
+        """Simulate ``iterations`` iterations (or until ``stop`` fires).
+
+        Generation of iteration i waits for the weights of iteration i - 1 - k (k = 0: sync).
+        Each generated batch then has its own consumer: inference tasks start as soon as their
+        devices are free (critic inference also waits for the critic trained on the previous
+        batch), training takes batches in order, and the weight sync follows actor training."""
+        k = self.workload.staleness
+        env = self.env
+        first = self.first_iteration
+        versions = [env.event() for _ in range(iterations + 1)]  # weights after iteration i - 1
+        trained = [env.event() for _ in range(iterations + 1)]  # training of batch i - 1 done
+        produced = [env.event() for _ in range(iterations)]
+        synced = [env.event() for _ in range(iterations)]
+        versions[0].succeed()
+        trained[0].succeed()
+        self.begin = env.now
+        inference = self.stage_names[1]
+        training = self.stage_names[2]
+
+        def producer():
+            for i in range(iterations):
+                yield versions[max(0, i - k)]
+                batch = self.draw(first + i)
+                start = env.now
+                yield env.process(self.run_task("actor_generation", batch))
+                produced[i].succeed((batch, start))
+
+        def inference_task(t: str, i: int, batch: Batch):
+            if t == "critic_inference":
+                yield trained[i]
+            yield env.process(self.run_task(t, batch))
+
+        def consumer(i: int):
+            batch, gen_start = yield produced[i]
+            yield simpy.AllOf(env, [env.process(inference_task(t, i, batch)) for t in inference])
+            yield trained[i]
+            yield simpy.AllOf(env, [env.process(self.run_task(t, batch)) for t in training])
+            trained[i + 1].succeed()
+            yield env.process(self.weight_sync(first + i))
+            versions[i + 1].succeed()
+            synced[i].succeed(gen_start)
+
+        def recorder():
+            last = self.begin
+            for i in range(iterations):
+                gen_start = yield synced[i]
+                start = gen_start if k == 0 else last
+                self.iterations.append((float(start), float(env.now)))
+                last = env.now
+
+        for i in range(iterations):
+            env.process(consumer(i))
+        env.process(producer())
+        done = env.process(recorder())
+        until = done if stop is None else (done | stop)
+        self.events = 0
+        while not until.triggered:  # env.run(until=...), counting the events processed
+            try:
+                env.step()
+            except simpy.core.EmptySchedule:
+                break
+            self.events += 1
+
+    def add_link_fault(self, fault: LinkFault) -> None:
+        self.net.add_fault(fault)

@@ -1,0 +1,125 @@
+"""Fault and variation scenarios: events at given times, read from YAML.
+
+```yaml
+events:
+  - {at_s: 120, kind: device_lost, device: 12}
+  - {at_s: 30, kind: link_degraded, regions: [us-east-1, us-east-2], bandwidth_factor: 0.2,
+     extra_latency_ms: 20}
+  - {at_s: 0, kind: straggler, device: 3, slowdown: 1.5}
+replan: {scheduler: hetrl, budget_evals: 300, seed: 0, delay_s: 30}   # optional
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetrl.errors import positive, require
+
+KINDS = ("device_lost", "link_degraded", "straggler")
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    at_s: float
+    kind: str
+    device: int | None = None
+    regions: tuple[str, str] | None = None
+    bandwidth_factor: float = 1.0
+    extra_latency_ms: float = 0.0
+    slowdown: float = 1.0
+
+
+@dataclass(frozen=True)
+class Replan:
+    """After a device is lost: a new plan for the remaining devices from ``scheduler``, after
+    ``delay_s`` seconds of re-planning and restart."""
+
+    scheduler: str = "hetrl"
+    budget_evals: int = 300
+    seed: int = 0
+    delay_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class FaultScenario:
+    events: tuple[FaultEvent, ...] = ()
+    replan: Replan | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], num_devices: int, regions: tuple[str, ...]) -> FaultScenario:
+        require(isinstance(data, Mapping), "faults", data, "must be a mapping with 'events'")
+        for key in data:
+            require(key in ("events", "replan"), f"faults.{key}", data[key],
+                    "unknown key; known keys: events, replan")
+        raw = data.get("events") or []
+        require(isinstance(raw, list), "faults.events", raw, "must be a list")
+        events = []
+        for i, e in enumerate(raw):
+            f = f"faults.events[{i}]"
+            require(isinstance(e, Mapping), f, e, "must be a mapping")
+            require(e.get("kind") in KINDS, f"{f}.kind", e.get("kind"), f"must be one of {list(KINDS)}")
+            at = e.get("at_s")
+            require(isinstance(at, int | float) and not isinstance(at, bool) and at >= 0,
+                    f"{f}.at_s", at, "must be a number of seconds >= 0")
+            kind = e["kind"]
+            allowed = {"at_s", "kind"} | {
+                "device_lost": {"device"}, "straggler": {"device", "slowdown"},
+                "link_degraded": {"regions", "bandwidth_factor", "extra_latency_ms"}}[kind]
+            for key in e:
+                require(key in allowed, f"{f}.{key}", e[key], f"not a field of {kind}: {sorted(allowed)}")
+            if kind in ("device_lost", "straggler"):
+                d = e.get("device")
+                require(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices,
+                        f"{f}.device", d, f"must be a device id in 0..{num_devices - 1}")
+            if kind == "straggler":
+                s = positive(f"{f}.slowdown", e.get("slowdown", 1.0))
+                require(s >= 1.0, f"{f}.slowdown", s, "must be >= 1 (a factor on step times)")
+            pair = None
+            if kind == "link_degraded":
+                pair = e.get("regions")
+                require(isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] != pair[1],
+                        f"{f}.regions", pair, "must be two different region names")
+                for r in pair:
+                    require(r in regions, f"{f}.regions", r, f"not a region of the cluster: {list(regions)}")
+                bf = positive(f"{f}.bandwidth_factor", e.get("bandwidth_factor", 1.0))
+                require(bf <= 1.0, f"{f}.bandwidth_factor", bf, "must be in (0, 1]")
+                lat = e.get("extra_latency_ms", 0.0)
+                require(isinstance(lat, int | float) and 0 <= lat <= 1000, f"{f}.extra_latency_ms",
+                        lat, "must be in [0, 1000] ms")
+            events.append(FaultEvent(
+                float(at), kind, e.get("device"), tuple(pair) if pair else None,
+                float(e.get("bandwidth_factor", 1.0)), float(e.get("extra_latency_ms", 0.0)),
+                float(e.get("slowdown", 1.0))))
+        replan = None
+        if data.get("replan") is not None:
+            r = data["replan"]
+            require(isinstance(r, Mapping), "faults.replan", r, "must be a mapping")
+            for key in r:
+                require(key in Replan.__dataclass_fields__, f"faults.replan.{key}", r[key],
+                        f"unknown key; known: {sorted(Replan.__dataclass_fields__)}")
+            replan = Replan(**r)
+            require(replan.budget_evals >= 1, "faults.replan.budget_evals", replan.budget_evals, "must be >= 1")
+            require(replan.delay_s >= 0, "faults.replan.delay_s", replan.delay_s, "must be >= 0")
+        return cls(tuple(sorted(events, key=lambda e: e.at_s)), replan)
+
+
+@dataclass
+class FaultLog:
+    """What the faults did: lost devices, stalls, lost and re-done work."""
+
+    lost_devices: list[int] = field(default_factory=list)
+    stalled: bool = False
+    stalled_at_s: float | None = None
+    lost_work_s: float = 0.0
+    aborted_iterations: list[int] = field(default_factory=list)
+    replans: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lost_devices": self.lost_devices, "stalled": self.stalled,
+                "stalled_at_s": self.stalled_at_s, "lost_work_s": self.lost_work_s,
+                "aborted_iterations": self.aborted_iterations, "replans": self.replans}
+
+

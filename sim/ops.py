@@ -1,0 +1,136 @@
+"""Durations of elementary steps, from the cost model's own primitives and efficiency factors
+(one source of truth for hardware speed): a prefill, a run of decode steps, a forward or
+backward micro-batch on one pipeline stage. Seconds throughout."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetrl.cost.flops import StageShape
+from hetrl.cost.params import CostParams
+from hetrl.cost.primitives import all_reduce_time
+from hetrl.cost.replica import ReplicaHW, StageHW
+
+
+def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
+    """sum_{i=0}^{k-1} max(a1 + b1 i, a2 + b2 i), exactly (the lines cross at most once)."""
+    if k <= 0:
+        return 0.0
+
+    def series(a: float, b: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi)
+        n = hi - lo
+        return n * a + b * (lo + hi - 1) * n / 2 if n > 0 else 0.0
+
+    if b1 == b2:
+        return series(max(a1, a2), b1, 0, k)
+    cross = (a2 - a1) / (b1 - b2)  # a1 + b1 x = a2 + b2 x
+    split = min(max(math.ceil(cross), 0), k)
+    # before the crossing the line with the smaller slope is above, after it the other
+    lo_line, hi_line = ((a1, b1), (a2, b2)) if b1 < b2 else ((a2, b2), (a1, b1))
+    return series(*lo_line, 0, split) + series(*hi_line, split, k)
+
+
+@dataclass(frozen=True)
+class StageSpeed:
+    """One pipeline stage's speeds with efficiencies applied."""
+
+    shape: StageShape
+    hw: StageHW
+    flops_infer: float  # achieved FLOP/s
+    flops_train: float
+    flops_decode: float
+    hbm: float  # achieved bytes/s for weight reads
+    hbm_decode: float
+    link_eff: float
+
+    @classmethod
+    def of(cls, shape: StageShape, hw: StageHW, params: CostParams) -> StageSpeed:
+        e = params.efficiency
+        return cls(shape, hw, hw.flops * e(hw.gpu, "infer_flops"), hw.flops * e(hw.gpu, "train_flops"),
+                   hw.flops * e(hw.gpu, "decode_flops"), hw.hbm_Bps * e(hw.gpu, "hbm"),
+                   hw.hbm_Bps * e(hw.gpu, "decode_hbm"), e(hw.gpu, "link"))
+
+    def tp_allreduce(self, nbytes: float) -> float:
+        return all_reduce_time(nbytes, self.hw.tp, self.link_eff)
+
+
+class ReplicaOps:
+    """Step durations of one replica (stages in order)."""
+
+    def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, params: CostParams):
+        self.stages = [StageSpeed.of(s, h, params) for s, h in zip(shapes, hw.stages, strict=True)]
+        self.boundaries = hw.boundaries
+        self.params = params
+        self.h = shapes[0].model.hidden
+        self.bpv = shapes[0].bytes_per_value
+        self.tp = shapes[0].tp
+        self._tp_decode: dict[int, float] = {}
+
+    # --- generation ---
+    def prefill(self, prompt_tokens: float, prompt_sq_sum: float) -> float:
+        """Chunked prefill of prompts with ``prompt_tokens`` tokens in all, stage after stage."""
+        if prompt_tokens <= 0:
+            return 0.0
+        chunks = max(1, math.ceil(prompt_tokens / self.params.prefill_chunk_tokens))
+        chunk_tok = prompt_tokens / chunks
+        total = 0.0
+        for st in self.stages:
+            s = st.shape
+            fl = prompt_tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * prompt_sq_sum / 2
+            total += max(fl / st.flops_infer, chunks * s.weight_bytes / st.hbm)
+            total += chunks * 2 * s.layers * st.tp_allreduce(chunk_tok * self.h * self.bpv)
+        for lat, bw in self.boundaries:
+            total += chunks * (lat + chunk_tok * self.h * self.bpv / (bw * self.stages[0].link_eff))
+        return total
+
+    def decode(self, batch: int, ctx_sum: float, steps: int) -> float:
+        """``steps`` decode steps of ``batch`` sequences whose contexts sum to ``ctx_sum`` tokens
+        at the first step (each step adds ``batch`` tokens of context)."""
+        if steps <= 0 or batch <= 0:
+            return 0.0
+        total = 0.0
+        for st in self.stages:
+            s = st.shape
+            # HBM: weights + KV of the whole context; FLOPs: dense per sequence + attention
+            a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
+            b_h = batch * s.kv_bytes_per_token / st.hbm_decode
+            a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
+            b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
+            total += sum_max_affine(a_h, b_h, a_f, b_f, steps)
+        total += steps * (self._decode_comm(batch) + self.params.decode_step_overhead_s)
+        return total
+
+    def _decode_comm(self, batch: int) -> float:
+        t = self._tp_decode.get(batch)
+        if t is None:
+            t = sum(2 * st.shape.layers * st.tp_allreduce(batch * self.h * self.bpv)
+                    for st in self.stages)
+            t += sum(lat + batch * self.h * self.bpv / (bw * self.stages[0].link_eff)
+                     for lat, bw in self.boundaries)
+            self._tp_decode[batch] = t
+        return t
+
+    # --- inference and training micro-batches ---
+    def forward(self, j: int, tokens: float, sq_sum: float, kind: str) -> float:
+        """One micro-batch's forward on stage j (``kind`` "infer" or "train")."""
+        st = self.stages[j]
+        s = st.shape
+        fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
+        peak = st.flops_infer if kind == "infer" else st.flops_train
+        return max(fl / peak, s.weight_bytes / st.hbm) + 2 * s.layers * st.tp_allreduce(
+            tokens * self.h * self.bpv)
+
+    def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool) -> float:
+        """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with recomputation)
+        and 2 TP all-reduces per layer (4 with recomputation)."""
+        st = self.stages[j]
+        s = st.shape
+        fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
+        mult, ars = (3.0, 4) if recompute else (2.0, 2)
+        return max(mult * fl / st.flops_train, s.weight_bytes / st.hbm) + ars * s.layers * st.tp_allreduce(
+            tokens * self.h * self.bpv)
+
+    def boundary_bytes(self, tokens: float) -> float:
+        """Bytes each tp rank sends to its peer in the next stage for ``tokens`` tokens."""
+        return tokens * self.h * self.bpv / self.tp
