@@ -218,7 +218,7 @@ class Simulation:
             yield simpy.AllOf(self.env, moves)
         for step in range(steps):
             procs = []
-            for i, replica in enumerate(p.devices):
+            for i in range(p.dp):
                 lo, hi = int(bounds[i]), int(bounds[i + 1])
                 # this optimizer step's slice of the replica's samples
                 idx = np.arange(lo, hi)

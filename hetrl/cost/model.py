@@ -352,7 +352,7 @@ class CostModel:
             opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / p.dp,
                                         float(hbm), params.efficiency(gpu, "hbm")))
         if p.dp > 1:
-            for j, k, members in groups:
+            for j, _k, members in groups:
                 shape = shapes[j]
                 gpu = self.cluster.devices[members[0]].gpu.name
                 eff = params.efficiency(gpu, "link")

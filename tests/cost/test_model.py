@@ -131,10 +131,12 @@ def test_async_disjoint_generation_by_hand(a100x8):
                   t["reward_inference"],  # device 2
                   t["reference_inference"] + t["critic_inference"],  # device 3
                   t["actor_training"], t["critic_training"])  # devices 4-5, 6-7
+    # training takes batches in order and critic inference of batch i+1 waits for the critic
+    # trained on batch i: a one-iteration cycle
+    cycle = max(t["actor_training"], t["critic_training"]) + t["critic_inference"]
     assert a.chain_s == pytest.approx(chain, rel=1e-12)
-    assert a.iteration_s == pytest.approx(max(chain / 2, busiest), rel=1e-12)
+    assert a.iteration_s == pytest.approx(max(chain / 2, busiest, cycle), rel=1e-12)
     assert a.iteration_s <= s.iteration_s
-    assert a.iteration_s < 0.6 * s.iteration_s  # here the k + 1 = 2 overlapped chain is binding
 
 
 def test_async_colocated_is_bound_by_the_busiest_device(a100x8):
@@ -156,7 +158,8 @@ def test_async_staleness_two_overlaps_more(a100x8):
     t = k2.tasks
     busiest = max(t["actor_generation"] + t["weight_sync"],
                   t["reference_inference"] + t["critic_inference"], t["actor_training"])
-    assert k2.iteration_s == pytest.approx(max(k2.chain_s / 3, busiest), rel=1e-12)
+    cycle = max(t["actor_training"], t["critic_training"]) + t["critic_inference"]
+    assert k2.iteration_s == pytest.approx(max(k2.chain_s / 3, busiest, cycle), rel=1e-12)
     assert k2.iteration_s <= k1.iteration_s
 
 
