@@ -68,13 +68,20 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
         pull[own] = np.inf
     # Each destination pulls from a quickest source; among sources within 1% of the quickest,
     # the least loaded so far (pulls spread over the training devices).
-    sent = np.zeros(src.size)
-    best = np.empty(dst.size, dtype=np.int64)
-    for k in range(dst.size):
-        col = pull[:, k]
-        near = np.nonzero(col <= col.min() * 1.01)[0]
-        best[k] = near[np.argmin(sent[near])]
-        sent[best[k]] += nbytes[k]
+    best = np.argmin(pull, axis=0)
+    near_count = (pull <= pull.min(axis=0) * 1.01).sum(axis=0)
+    if (near_count > 1).any():  # ties: spread greedily (plain lists: this loop is hot)
+        sent = [0.0] * src.size
+        cols = pull.T.tolist()
+        sizes = nbytes.tolist()
+        for k, col in enumerate(cols):
+            if near_count[k] == 1:
+                sent[best[k]] += sizes[k]
+                continue
+            limit = min(col) * 1.01
+            choice = min((i for i, v in enumerate(col) if v <= limit), key=sent.__getitem__)
+            best[k] = choice
+            sent[choice] += sizes[k]
     cols = np.arange(dst.size)
     worst = float(pull[best, cols].max())
     sdev = src[best]

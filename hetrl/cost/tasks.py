@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -82,41 +83,55 @@ def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
     # a boundary's bandwidth already counts its tp ranks sending their slices in parallel
     pre_pp = chunks * sum(p2p_time(chunk_tok * h * bpv, lat, bw, link_eff)
                           for lat, bw in hw.boundaries)
-    # Decode: vectors over steps s = 1..max response length.
-    def step_costs(batch: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
-        comp = np.zeros_like(batch)
-        mem = np.zeros_like(batch)
-        tp = np.zeros_like(batch)
-        for s, st in zip(shapes, hw.stages, strict=True):
-            hb = (s.weight_bytes + batch * ctx * s.kv_bytes_per_token) / (
-                st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
-            fl = batch * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
-                st.flops * params.efficiency(st.gpu, "decode_flops"))
-            comp += np.where(fl >= hb, fl, 0.0)
-            mem += np.where(fl >= hb, 0.0, hb)
-            tp += 2 * s.layers * all_reduce_time_vec(batch * h * bpv, st.tp,
-                                                     params.efficiency(st.gpu, "link"))
-        pp = np.zeros_like(batch)
-        for lat, bw in hw.boundaries:
-            pp += lat + batch * h * bpv / (bw * link_eff)
-        return comp, mem, tp, pp
-
-    # Saturated phase.
+    # Saturated phase: (n - B) * mean / B steps of B sequences at the mean running context.
     sat_steps = max(n - B, 0.0) * L.response_mean / B
-    sc, sm, stp, spp = step_costs(np.array([float(B)]), np.array([L.prompt_mean + L.mean_age]))
-    # Drain phase: the last m sequences.
-    alive = L.prob_any_alive(m)
-    batch = m * L.survival / np.maximum(alive, 1e-300)
-    dc, dm, dtp, dpp = step_costs(batch, L.ctx)
-    w = alive
-    steps = sat_steps + float(alive.sum())
-    compute = pre_c + sat_steps * float(sc[0]) + float(dc @ w)
-    hbm = pre_h + sat_steps * float(sm[0]) + float(dm @ w)
-    tp = pre_tp + sat_steps * float(stp[0]) + float(dtp @ w)
-    pp = pre_pp + sat_steps * float(spp[0]) + float(dpp @ w)
-    overhead = steps * params.decode_step_overhead_s
+    sc, sm, stp, spp, _ = _decode_steps(shapes, hw, float(B), L, params, saturated=True)
+    # Drain phase: the last m sequences (memoised: it does not depend on n once n >= B).
+    dc, dm, dtp, dpp, dsteps = _decode_steps(shapes, hw, float(m), L, params, saturated=False)
+    compute = pre_c + sat_steps * sc + dc
+    hbm = pre_h + sat_steps * sm + dm
+    tp = pre_tp + sat_steps * stp + dtp
+    pp = pre_pp + sat_steps * spp + dpp
+    overhead = (sat_steps + dsteps) * params.decode_step_overhead_s
     parts = _parts(compute=compute, hbm=hbm, tp=tp, pp=pp, overhead=overhead)
     return ReplicaCost(sum(parts.values()), parts, B, tuple(violations))
+
+
+@lru_cache(maxsize=8192)
+def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthStats,
+                  params: CostParams, saturated: bool) -> tuple[float, float, float, float, float]:
+    """Decode-step costs split into (compute, hbm, tp, pp, steps). ``saturated``: one step of
+    ``m`` sequences at the mean running context (prompt + mean age). Otherwise the drain of
+    ``m`` sequences started together: sum over steps s of P(any alive at s) x the step's cost at
+    the expected batch given that one is alive, m P(len >= s) / P(any alive)."""
+    h = shapes[0].model.hidden
+    bpv = shapes[0].bytes_per_value
+    link_eff = params.efficiency(hw.stages[0].gpu, "link")
+    if saturated:
+        batch = np.array([m])
+        ctx = np.array([L.prompt_mean + L.mean_age])
+        weight = np.ones(1)
+    else:
+        weight = L.prob_any_alive(m)
+        batch = m * L.survival / np.maximum(weight, 1e-300)
+        ctx = L.ctx
+    comp = np.zeros_like(batch)
+    mem = np.zeros_like(batch)
+    tp = np.zeros_like(batch)
+    for s, st in zip(shapes, hw.stages, strict=True):
+        hb = (s.weight_bytes + batch * ctx * s.kv_bytes_per_token) / (
+            st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
+        fl = batch * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
+            st.flops * params.efficiency(st.gpu, "decode_flops"))
+        comp += np.where(fl >= hb, fl, 0.0)
+        mem += np.where(fl >= hb, 0.0, hb)
+        tp += 2 * s.layers * all_reduce_time_vec(batch * h * bpv, st.tp,
+                                                 params.efficiency(st.gpu, "link"))
+    pp = np.zeros_like(batch)
+    for lat, bw in hw.boundaries:
+        pp += lat + batch * h * bpv / (bw * link_eff)
+    return (float(comp @ weight), float(mem @ weight), float(tp @ weight), float(pp @ weight),
+            float(weight.sum()))
 
 
 # --- inference and training --------------------------------------------------------------------
