@@ -34,8 +34,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise SpecError("--iterations", args.iterations, "must be >= 1")
     faults = None
     if args.faults:
+        nodes: dict[str, list[int]] = {}
+        for d in cluster.devices:
+            nodes.setdefault(d.node, []).append(d.id)
         faults = FaultScenario.from_dict(read_mapping(args.faults, "faults"), cluster.num_devices,
-                                         cluster.regions)
+                                         cluster.regions, nodes)
     result = simulate(plan, workload, cluster, args.iterations, args.seed, load_params(args.params),
                       faults)
     if args.trace:

@@ -41,21 +41,22 @@ class SimResult:
         return {**self.metrics, "faults": self.faults.to_dict()}
 
 
-def without_device(cluster: ClusterSpec, device: int) -> tuple[ClusterSpec, list[int]]:
-    """The cluster minus one device, and for each new device id the old one."""
+def without_devices(cluster: ClusterSpec, devices: set[int]) -> tuple[ClusterSpec, list[int]]:
+    """The cluster minus some devices, and for each new device id the old one."""
     nodes, mapping, start = [], [], 0
     for node in cluster.nodes:
         ids = list(range(start, start + node.count))
         start += node.count
-        keep = [d for d in ids if d != device]
+        keep = [d for d in ids if d not in devices]
         if keep:
             nodes.append(NodeSpec(node.name, node.gpu, len(keep), node.region, node.zone,
                                   node.nic_gbps, node.edge))
             mapping += keep
     if not nodes:
         raise HetrlError("no device left after the fault")
-    return (ClusterSpec(cluster.name + f"-minus-{device}", tuple(nodes), cluster.region_links,
-                        cluster.network, cluster.gpu_types), mapping)
+    name = cluster.name + "-minus-" + "-".join(str(d) for d in sorted(devices))
+    return (ClusterSpec(name, tuple(nodes), cluster.region_links, cluster.network,
+                        cluster.gpu_types), mapping)
 
 
 def default_replan_hook(scenario: FaultScenario, params: CostParams) -> ReplanHook | None:
@@ -117,19 +118,23 @@ def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iteration
             lost_event is not None and e is not lost_event and e.at_s >= lost_event.at_s)]
         if lost_event is None or len(its) >= iterations:
             break
-        # A device used by the plan is lost: the iteration(s) in flight are lost.
+        # A device used by the plan is lost: the iteration(s) in flight are lost. Every device
+        # lost by now (this one, its node's others, unused ones) leaves the cluster.
         t_fail = lost_event.at_s
+        gone = [e for e in faults.events if e.kind == "device_lost" and e.at_s <= t_fail
+                and e.device in inverse]
         last_end = its[-1][1] if its else t0
-        log.lost_devices.append(lost_event.device)
+        log.lost_devices += [e.device for e in gone]
         log.lost_work_s += t_fail - max(last_end, t0)
         log.aborted_iterations.append(len(its))
         spans.append(Span("device lost", "fault", "", len(its), t_fail, t_fail,
-                          (lost_event.device,), 0.0, {"detail": f"device {lost_event.device}"}))
-        pending = [e for e in pending if e is not lost_event]
+                          tuple(e.device for e in gone), 0.0,
+                          {"detail": f"devices {[e.device for e in gone]}"}))
+        pending = [e for e in pending if e not in gone]
         if replan is None:
             log.stalled, log.stalled_at_s = True, t_fail
             break
-        cur_cluster, keep = without_device(cur_cluster, inverse[lost_event.device])
+        cur_cluster, keep = without_devices(cur_cluster, {inverse[e.device] for e in gone})
         mapping = [mapping[k] for k in keep]
         cur_plan = replan(workload, cur_cluster)
         delay = faults.replan.delay_s if faults.replan else 0.0

@@ -3,6 +3,7 @@
 ```yaml
 events:
   - {at_s: 120, kind: device_lost, device: 12}
+  - {at_s: 200, kind: node_lost, node: n3-L40S}      # every device of the node
   - {at_s: 30, kind: link_degraded, regions: [us-east-1, us-east-2], bandwidth_factor: 0.2,
      extra_latency_ms: 20}
   - {at_s: 0, kind: straggler, device: 3, slowdown: 1.5}
@@ -18,7 +19,7 @@ from typing import Any
 
 from hetrl.errors import positive, require
 
-KINDS = ("device_lost", "link_degraded", "straggler")
+KINDS = ("device_lost", "node_lost", "link_degraded", "straggler")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,10 @@ class FaultScenario:
     replan: Replan | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], num_devices: int, regions: tuple[str, ...]) -> FaultScenario:
+    def from_dict(cls, data: Mapping[str, Any], num_devices: int, regions: tuple[str, ...],
+                  nodes: Mapping[str, list[int]] | None = None) -> FaultScenario:
+        """Parse a scenario; ``nodes`` (node name -> device ids) resolves ``node_lost`` events
+        into one ``device_lost`` event per device of the node, at the same time."""
         require(isinstance(data, Mapping), "faults", data, "must be a mapping with 'events'")
         for key in data:
             require(key in ("events", "replan"), f"faults.{key}", data[key],
@@ -66,10 +70,16 @@ class FaultScenario:
                     f"{f}.at_s", at, "must be a number of seconds >= 0")
             kind = e["kind"]
             allowed = {"at_s", "kind"} | {
-                "device_lost": {"device"}, "straggler": {"device", "slowdown"},
+                "device_lost": {"device"}, "node_lost": {"node"}, "straggler": {"device", "slowdown"},
                 "link_degraded": {"regions", "bandwidth_factor", "extra_latency_ms"}}[kind]
             for key in e:
                 require(key in allowed, f"{f}.{key}", e[key], f"not a field of {kind}: {sorted(allowed)}")
+            if kind == "node_lost":
+                known = nodes or {}
+                require(e.get("node") in known, f"{f}.node", e.get("node"),
+                        f"not a node of the cluster: {sorted(known)}")
+                events += [FaultEvent(float(at), "device_lost", d) for d in known[e["node"]]]
+                continue
             if kind in ("device_lost", "straggler"):
                 d = e.get("device")
                 require(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices,

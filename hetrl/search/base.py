@@ -83,6 +83,7 @@ class Evaluator:
         self.model = model or CostModel(workload, cluster, params)
         self.start = time.perf_counter()
         self.evaluations = 0
+        self._partial = 0.0
         self.best: tuple[float, Plan, Estimate] | None = None
         self.history: list[tuple[float, int, float]] = []
         self._bar = None
@@ -115,6 +116,17 @@ class Evaluator:
     def fitness(self, est: Estimate) -> float:
         """Seconds per iteration; infeasible plans rank after every feasible one."""
         return est.iteration_s if est.feasible else INFEASIBLE_PENALTY_S + est.iteration_s
+
+    def charge(self, evaluations: float) -> None:
+        """Count part of an evaluation spent outside :meth:`evaluate` (e.g. pricing one task
+        alone); raises BudgetExhausted when the budget is spent."""
+        if self.exhausted():
+            raise BudgetExhausted
+        self._partial += evaluations
+        whole = int(self._partial)
+        if whole:
+            self._partial -= whole
+            self.evaluations += whole
 
     def evaluate(self, plan: Plan) -> float:
         """Estimate ``plan`` (one evaluation of the budget) and return its fitness."""

@@ -1,6 +1,8 @@
 """HetRL's evolutionary algorithm on levels 3-5 for one (task grouping, GPU-group sizes) arm.
 
-Each step mutates one individual into an offspring o, improves o by swap-based local search into
+The initial population is random, as in the paper, except its first individual: GPUs of a type
+kept together and a rule-of-thumb layout per task (``seeded_genotype``, our addition). Each step
+mutates one individual into an offspring o, improves o by swap-based local search into
 o*, evaluates o* with the cost model, and replaces the worst individual if o* is better. The
 population keeps o's genotype with o*'s fitness (Baldwinian evolution: the improvement is not
 written back, which keeps diversity). Mutation, with probability ``p_upgrade``, moves a GPU of a
@@ -137,13 +139,14 @@ class Arm:
     def __init__(self, groups: tuple[tuple[str, ...], ...], sizes: tuple[int, ...],
                  model: CostModel, facts: DeviceFacts, rng: np.random.Generator,
                  population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
-                 load_balance: bool = True):
+                 load_balance: bool = True, seeded: int = 1):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
         self.p_upgrade = p_upgrade
         self.swaps = swaps
         self.load_balance = load_balance
+        self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
         self.evaluations = 0
@@ -193,6 +196,30 @@ class Arm:
             for t in g:
                 fitting = self._fitting(t, devices)
                 lays.append((t, fitting[int(self.rng.integers(len(fitting)))]))
+        return Genotype(self.groups, self.sizes, order, tuple(lays))
+
+    def seeded_genotype(self) -> Genotype:
+        """A structured start (our addition to the paper's random one): GPUs of one type kept
+        together node by node, the types in a random order over the groups, and each task's
+        layout chosen by a rule of thumb that needs no evaluation: among layouts whose own
+        memory fits, the most data-parallel one (least communication), and for generation one
+        that leaves at least 60% of the smallest GPU's memory to the KV cache when it can."""
+        f = self.facts
+        types = sorted(set(f.gpu))
+        rank = {t: int(r) for t, r in zip(types, self.rng.permutation(len(types)), strict=True)}
+        order = tuple(sorted(range(len(f.gpu)), key=lambda d: (rank[f.gpu[d]], f.node[d], d)))
+        wl = self.model.workload
+        start, lays = 0, []
+        for g, n in zip(self.groups, self.sizes, strict=True):
+            devices = order[start:start + n]
+            start += n
+            for t in g:
+                fitting = self._fitting(t, devices)
+                if wl.task(t).kind == "generation":
+                    room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
+                        f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
+                    fitting = room or fitting
+                lays.append((t, max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))))
         return Genotype(self.groups, self.sizes, order, tuple(lays))
 
     def mutate(self, g: Genotype) -> Genotype:
@@ -249,7 +276,7 @@ class Arm:
     def step(self, ev: Evaluator) -> None:
         """Fill the initial population, then one mutation + local search + replacement."""
         if len(self.population) < self.population_size:
-            g = self.random_genotype()
+            g = self.seeded_genotype() if len(self.population) < self.seeded else self.random_genotype()
             self.population.append((self.fitness(ev, g), g))
             return
         i, j = self.rng.integers(len(self.population), size=2)

@@ -87,7 +87,7 @@ class _VerlBase(Scheduler):
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         """Coordinate descent over each model's layout, per pool structure, on the believed
-        (homogeneous) cluster; believed evaluations count against the budget (up to 80% of it).
+        (homogeneous) cluster; believed evaluations count against the budget (up to half of it).
         Then the believed-best configurations, in order, on the real cluster."""
         wl = ev.workload
         belief = believed_cluster(ev.cluster)
@@ -134,7 +134,7 @@ class _VerlBase(Scheduler):
             key = (tuple((tasks, devices) for tasks, devices in pools), tuple(sorted(ch.items())))
             if key in ranked:
                 return ranked[key][0]
-            if ev.remaining_fraction() < 0.2:
+            if ev.remaining_fraction() < 0.5:
                 raise _RankingDone
             ev.evaluations += 1  # a believed evaluation is still an evaluation
             lay = {t: ch[m] for m, (tasks, _) in options.items() for t in tasks}

@@ -81,6 +81,11 @@ CLUSTER_PRESETS: dict[str, tuple[str, Callable[[], ClusterSpec]]] = {
         "24 A100-80GB + 24 L40S, one region (paper fig. 10)",
         _subset("paper48-a100-l40s-single-region", ("A100-80GB",) * 3 + ("L40S",) * 3)),
     "a100x8": ("one node of 8 A100-80GB", _subset("a100x8", ("A100-80GB",))),
+    "hetero8-two-region": ("4 A100 (Virginia) + 4 L40S (Ohio), nodes of 4: a small ILP instance",
+                           lambda: ClusterSpec("hetero8-two-region", (
+                               NodeSpec("n0-A100-80GB", "A100-80GB", 4, "us-east-1"),
+                               NodeSpec("n1-L40S", "L40S", 4, "us-east-2")),
+                               region_links=tuple(aws_region_links(("us-east-1", "us-east-2"))))),
     "hetero16-two-region": ("8 A100 (Virginia) + 8 L40S (Ohio): a small ILP instance",
                             _two_region_small("hetero16-two-region", ("A100-80GB", "L40S"))),
     "hetero24-two-region": ("8 A100 + 8 L4 (Virginia) + 8 L40S (Ohio): a small ILP instance",

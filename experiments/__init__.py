@@ -1,0 +1,1 @@
+"""Experiments: reproduce the HetRL paper's figures (see run.py and figures/)."""

@@ -1,0 +1,1 @@
+"""One module per figure; each registers itself with experiments.framework.register."""

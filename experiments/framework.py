@@ -1,0 +1,215 @@
+"""The figure registry, cells, the result cache and the runners (Ray or local processes).
+
+A figure declares its sweep as cells (plain dicts: workload, cluster, scheduler, seed, budgets,
+...), computes each cell into rows (dicts), and plots from the table alone. Each cell's rows are
+cached under ``experiments/results/cache/<figure>/<key>.json`` where the key hashes the cell's
+full configuration and the code version (a hash of the sources), so an interrupted run resumes
+where it stopped and a changed cell or changed code recomputes. Writes are atomic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from hetrl.io import write_text_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "experiments" / "results"
+FIGURES = ROOT / "figures"
+MODES = ("quick", "default", "full")
+
+
+@dataclass(frozen=True)
+class Config:
+    """How big a run is: ``mode`` picks budgets and subsets; ``seeds`` repeats cells."""
+
+    mode: str = "default"
+    seeds: int = 1
+
+    def pick(self, quick: Any, default: Any, full: Any) -> Any:
+        return {"quick": quick, "default": default, "full": full}[self.mode]
+
+
+class Figure(ABC):
+    """One figure: its sweep, how to compute a cell, and how to plot the table."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+
+    @abstractmethod
+    def cells(self, config: Config) -> list[dict[str, Any]]:
+        """The sweep: one dict per cell (JSON-serialisable, fully describing the cell)."""
+
+    @abstractmethod
+    def compute(self, cell: dict[str, Any]) -> list[dict[str, Any]]:
+        """Rows of the results table for one cell (runs in a worker)."""
+
+    @abstractmethod
+    def plot(self, table: pd.DataFrame, path: Path) -> None:
+        """Draw the figure from the table alone."""
+
+    def summary(self, table: pd.DataFrame) -> list[dict[str, str]]:
+        """Rows for figures/README.md: {what, ours, paper, reading}."""
+        return []
+
+
+REGISTRY: dict[str, Figure] = {}
+
+
+def register(cls: type[Figure]) -> type[Figure]:
+    if cls.name in REGISTRY:
+        raise RuntimeError(f"duplicate figure {cls.name!r}")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def load_figures() -> dict[str, Figure]:
+    import importlib
+
+    for module in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig10", "scaling", "faults"):
+        importlib.import_module(f"experiments.figures.{module}")
+    return REGISTRY
+
+
+def code_version() -> str:
+    """A hash of the sources that compute results (hetrl, sim, experiments)."""
+    h = hashlib.sha256()
+    for pkg in ("hetrl", "sim", "experiments"):
+        for path in sorted((ROOT / pkg).rglob("*")):
+            if path.suffix in (".py", ".csv", ".yaml") and "results" not in path.parts:
+                h.update(str(path.relative_to(ROOT)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cell_key(figure: str, cell: dict[str, Any], version: str) -> str:
+    text = json.dumps({"figure": figure, "cell": cell, "version": version}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def cache_path(figure: str, key: str) -> Path:
+    return RESULTS / "cache" / figure / f"{key}.json"
+
+
+def compute_cell(figure: str, cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """Compute one cell in this process (what a Ray task or a pool worker runs)."""
+    fig = load_figures()[figure]
+    start = time.perf_counter()
+    rows = fig.compute(cell)
+    took = time.perf_counter() - start
+    return [{**row, "cell_seconds": took} for row in rows]
+
+
+@dataclass
+class Job:
+    figure: str
+    cell: dict[str, Any]
+    key: str
+
+    @property
+    def path(self) -> Path:
+        return cache_path(self.figure, self.key)
+
+
+def store(job: Job, rows: list[dict[str, Any]]) -> None:
+    write_text_atomic(job.path, json.dumps({"cell": job.cell, "rows": rows}, default=float))
+
+
+def load(job: Job) -> list[dict[str, Any]]:
+    return json.loads(job.path.read_text())["rows"]
+
+
+class Runner(ABC):
+    @abstractmethod
+    def run(self, jobs: list[Job], done: Callable[[Job, list[dict[str, Any]]], None]) -> None:
+        """Compute every job, calling ``done`` as each finishes (in any order)."""
+
+    def close(self) -> None:  # noqa: B027 -- most runners hold nothing to release
+        """Release workers (default: nothing to release)."""
+
+
+class InlineRunner(Runner):
+    def run(self, jobs, done):
+        for job in jobs:
+            done(job, compute_cell(job.figure, job.cell))
+
+
+class PoolRunner(Runner):
+    """Local processes: the fallback when Ray is not installed."""
+
+    def __init__(self, workers: int):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+
+    def run(self, jobs, done):
+        from concurrent.futures import as_completed
+
+        futures = {self.pool.submit(compute_cell, j.figure, j.cell): j for j in jobs}
+        for fut in as_completed(futures):
+            done(futures[fut], fut.result())
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+class RayRunner(Runner):
+    """Every cell a Ray task: a local Ray instance by default, or a cluster at ``address``."""
+
+    def __init__(self, workers: int, address: str | None):
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+                ray.init(num_cpus=workers, object_store_memory=200 * 1024**2,
+                         _temp_dir=f"/tmp/ray-{os.getuid()}", include_dashboard=False,
+                         log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": pythonpath,
+                                                   "OMP_NUM_THREADS": "1"}})
+        self.ray = ray
+        self.task = ray.remote(num_cpus=1)(compute_cell)
+
+    def run(self, jobs, done):
+        pending = {self.task.remote(j.figure, j.cell): j for j in jobs}
+        while pending:
+            ready, _ = self.ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                done(pending.pop(ref), self.ray.get(ref))
+
+
+def make_runner(workers: int, address: str | None, local: bool) -> tuple[Runner, str]:
+    if local:
+        return (InlineRunner(), "inline") if workers == 1 else (PoolRunner(workers), f"{workers} local processes")
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        print("Ray is not installed: `pip install -e '.[sweep]'` runs every cell as a Ray task. "
+              f"Falling back to {workers} local process(es).", flush=True)
+        return ((InlineRunner(), "inline") if workers == 1 else (PoolRunner(workers), f"{workers} local processes"))
+    return RayRunner(workers, address), f"Ray ({address or f'local, {workers} CPUs'})"
+
+
+def tables(figures: Iterable[Figure], jobs_by_figure: dict[str, list[Job]]) -> dict[str, pd.DataFrame]:
+    out = {}
+    for fig in figures:
+        rows = []
+        for job in jobs_by_figure[fig.name]:
+            if job.path.exists():
+                rows.extend(load(job))
+        out[fig.name] = pd.DataFrame(rows)
+    return out

@@ -1,0 +1,123 @@
+"""Reproduce the HetRL paper's figures: ``python experiments/run.py``.
+
+Every figure declares its cells; each cell runs as a Ray task (a local Ray instance, or the
+cluster at ``--address``), results are cached per cell (resumable; ``--force`` recomputes), then
+each figure is drawn from its table into figures/ and figures/README.md puts our numbers beside
+the paper's. ``--quick`` is a smoke test (tiny budgets, a subset of cells); ``--full`` uses
+paper-scale budgets. Without Ray installed, cells run in local processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from experiments.framework import (  # noqa: E402
+    FIGURES,
+    RESULTS,
+    Config,
+    Job,
+    cell_key,
+    code_version,
+    load_figures,
+    make_runner,
+    store,
+    tables,
+)
+from experiments.report import write_readme  # noqa: E402
+from hetrl.io import write_text_atomic  # noqa: E402
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="experiments/run.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--figures", help="comma-separated subset, e.g. fig3,fig5 (default: all)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny budgets and few cells (CI smoke test)")
+    size.add_argument("--full", action="store_true", help="paper-scale budgets and every cell")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per cell where a figure repeats (default 1)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel cells")
+    p.add_argument("--address", help="attach to an existing Ray cluster (e.g. ray://host:10001)")
+    p.add_argument("--local", action="store_true", help="no Ray: run cells in local processes")
+    p.add_argument("--force", action="store_true", help="recompute cached cells")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    registry = load_figures()
+    names = list(registry) if not args.figures else [f.strip() for f in args.figures.split(",")]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        print(f"run.py: error: unknown figure(s) {unknown}; known: {', '.join(registry)}",
+              file=sys.stderr)
+        return 2
+    if args.seeds < 1 or args.workers < 1:
+        print("run.py: error: --seeds and --workers must be >= 1", file=sys.stderr)
+        return 2
+    config = Config("quick" if args.quick else "full" if args.full else "default", args.seeds)
+    version = code_version()
+    figures = [registry[n] for n in names]
+    jobs = {f.name: [Job(f.name, c, cell_key(f.name, c, version)) for c in f.cells(config)]
+            for f in figures}
+    todo = [j for f in figures for j in jobs[f.name] if args.force or not j.path.exists()]
+    total = sum(len(v) for v in jobs.values())
+    print(f"{len(figures)} figure(s), {total} cells, {total - len(todo)} cached, "
+          f"{len(todo)} to compute ({config.mode} mode, code {version})", flush=True)
+    start = time.perf_counter()
+    if todo:
+        from tqdm import tqdm
+
+        runner, kind = make_runner(min(args.workers, len(todo)), args.address, args.local)
+        print(f"running on {kind}", flush=True)
+        bar = tqdm(total=len(todo), unit="cell", desc="cells", dynamic_ncols=True)
+        try:
+            def done(job: Job, rows: list[dict]) -> None:
+                store(job, rows)  # written as soon as it finishes: a kill loses no finished cell
+                bar.update(1)
+                bar.set_postfix_str(job.figure)
+
+            runner.run(todo, done)
+        except KeyboardInterrupt:
+            print("\ninterrupted: finished cells are cached; run again to resume", file=sys.stderr)
+            return 130
+        finally:
+            bar.close()
+            runner.close()
+    results = tables(figures, jobs)
+    FIGURES.mkdir(exist_ok=True)
+    for fig in figures:
+        table = results[fig.name]
+        write_text_atomic(RESULTS / f"{fig.name}.csv", table.to_csv(index=False))
+        fig.plot(table, FIGURES / f"{fig.name}.png")
+    write_readme(registry, load_all_tables(registry, config, version), config)
+    print(f"done in {time.perf_counter() - start:.1f} s: tables in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}, "
+          f"figures in {FIGURES}", flush=True)
+    return 0
+
+
+def load_all_tables(registry, config, version):
+    """Every figure's table from the cache (figures not run now keep their last results)."""
+    import pandas as pd
+
+    out = {}
+    for name, fig in registry.items():
+        jobs = [Job(name, c, cell_key(name, c, version)) for c in fig.cells(config)]
+        if all(j.path.exists() for j in jobs):
+            out[name] = tables([fig], {name: jobs})[name]
+        elif (RESULTS / f"{name}.csv").exists():
+            try:
+                out[name] = pd.read_csv(RESULTS / f"{name}.csv")
+            except Exception:  # noqa: BLE001 -- an empty or old table is simply not reported
+                pass
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
