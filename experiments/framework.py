@@ -24,8 +24,9 @@ import pandas as pd
 from hetrl.io import write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "experiments" / "results"
-FIGURES = ROOT / "figures"
+#: Where tables and the cell cache go, and where figures are drawn (overridable for tests).
+RESULTS = Path(os.environ.get("HETRL_RESULTS_DIR", ROOT / "experiments" / "results"))
+FIGURES = Path(os.environ.get("HETRL_FIGURES_DIR", ROOT / "figures"))
 MODES = ("quick", "default", "full")
 
 

@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(RESULTS / f"{fig.name}.csv", table.to_csv(index=False))
         fig.plot(table, FIGURES / f"{fig.name}.png")
     write_readme(registry, load_all_tables(registry, config, version), config)
-    print(f"done in {time.perf_counter() - start:.1f} s: tables in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}, "
-          f"figures in {FIGURES}", flush=True)
+    print(f"done in {time.perf_counter() - start:.1f} s: tables in {RESULTS}, figures in {FIGURES}",
+          flush=True)
     return 0
 
 
