@@ -273,6 +273,34 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
     }
 
 
+def greedy_fallback(model: CostModel, cands: dict[str, list[Candidate]]) -> dict[str, Candidate]:
+    """A plan when the solver found none, memory-feasible under the ILP's rule when the greedy
+    can manage: task by task (workflow order), the fastest full-cluster candidate, else the
+    fastest candidate, that fits on top of the tasks already chosen; if some task finds no room,
+    again with each task taking the candidate that leaves the most memory free (its fastest on
+    ties); the fastest candidates of all if that fails too."""
+    usable = model.cluster.topology.memory_bytes * model.params.usable_memory_fraction
+    full = tuple(range(model.cluster.num_devices))
+
+    def peak(used: np.ndarray, c: Candidate) -> float:
+        return float(np.max((used + c.need) / usable))
+
+    for key in (lambda used, c: (c.devices != full, c.seconds),
+                lambda used, c: (peak(used, c), c.seconds)):
+        used = np.zeros(model.cluster.num_devices)
+        chosen = {}
+        for t, cs in cands.items():
+            pick = min((c for c in cs if np.all(used + c.need <= usable)),
+                       key=lambda c, used=used: key(used, c), default=None)
+            if pick is None:
+                break
+            chosen[t] = pick
+            used = used + pick.need
+        else:
+            return chosen
+    return {t: min(cs, key=lambda c: (c.devices != full, c.seconds)) for t, cs in cands.items()}
+
+
 def plan_from(workload, chosen: dict[str, Candidate]) -> Plan:
     """Tasks with identical device sets form one group; tasks sharing some devices too."""
     groups: list[tuple[list[str], set[int]]] = []
@@ -308,10 +336,7 @@ class ILPScheduler(Scheduler):
             out = solve(ev.model, cands, left, det, b.seed, b.workers, self.options.get("hint"))
             plan = plan_from(ev.workload, out["chosen"])
         except _NoSolution as exc:
-            # No solution within the limits: the fastest full-cluster candidate of every task.
-            full = tuple(range(ev.cluster.num_devices))
-            chosen = {t: min((c for c in cs if c.devices == full), key=lambda c: c.seconds,
-                             default=min(cs, key=lambda c: c.seconds)) for t, cs in cands.items()}
+            chosen = greedy_fallback(ev.model, cands)
             plan = plan_from(ev.workload, chosen)
             out = {"status": f"{exc} (greedy fallback plan)", "objective_s": None,
                    "bound_s": None, "solve_s": None}

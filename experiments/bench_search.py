@@ -1,0 +1,212 @@
+"""Benchmark: search quality and search time of the schedulers (a benchmark, not a test).
+
+Prints four sections and a compact table at the end:
+
+(a) ILP (CP-SAT) on ``hetero16-two-region`` and ``hetero24-two-region`` for a PPO and a GRPO
+    job: status, its own objective, its bound, the wall time, and the plan's time under the full
+    cost model (the ILP optimises a linearised model over a block-aligned space; see
+    docs/baselines.md).
+(b) SHA-EA (``hetrl``) on the same instances with a wall-clock budget: its iteration time next to
+    the ILP plan's, both from the full cost model, and the gap in percent (negative: SHA-EA found
+    a better plan than the ILP's, which can happen because the ILP's space and model are coarser).
+(c) ``paper64-multi-country`` (qwen3-8b-ppo-sync): SHA-EA, DEAP, HetRL-simple and verl at
+    several wall-clock budgets, and a long SHA-EA run as the reference "best found"; every result
+    is printed as a gap to the best plan seen in this section.
+(d) A 1024-GPU random cluster (128 nodes of 8 GPUs over 16 regions): the time SHA-EA needs to
+    return a valid plan.
+
+Run: ``python experiments/bench_search.py [--quick] [--workers N] [--reference-s S]``.
+Full mode takes about 35 minutes on 2 cores; ``--quick`` about 10.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from hetrl.errors import HetrlError  # noqa: E402
+from hetrl.plan import validate  # noqa: E402
+from hetrl.search import Budget, SearchResult, get_scheduler  # noqa: E402
+from hetrl.spec.presets import cluster_preset, workload_preset  # noqa: E402
+from hetrl.spec.random_cluster import random_cluster  # noqa: E402
+
+SMALL_CLUSTERS = ("hetero16-two-region", "hetero24-two-region")
+SMALL_WORKLOADS = ("qwen3-8b-ppo-sync", "qwen3-8b-grpo-sync")
+PAPER_CLUSTER = "paper64-multi-country"
+PAPER_WORKLOAD = "qwen3-8b-ppo-sync"
+COMPARED = ("hetrl", "deap", "hetrl-simple", "verl")
+
+
+@dataclass
+class Row:
+    section: str
+    instance: str
+    scheduler: str
+    budget: str
+    iteration_s: float | None
+    wall_s: float
+    note: str = ""
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def run(name: str, workload, cluster, budget: Budget) -> tuple[SearchResult | None, float, str]:
+    """One search; (result or None, wall seconds, error text)."""
+    t0 = time.perf_counter()
+    try:
+        result = get_scheduler(name).search(workload, cluster, budget)
+    except HetrlError as exc:
+        return None, time.perf_counter() - t0, str(exc)
+    wall = time.perf_counter() - t0
+    validate(result.plan, workload, cluster)
+    return result, wall, ""
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def gap(x: float | None, ref: float | None) -> str:
+    if x is None or ref is None:
+        return "-"
+    return f"{100 * (x - ref) / ref:+.2f}%"
+
+
+def section_small(args, rows: list[Row]) -> None:
+    say(f"== (a) ILP, {args.ilp_limit:g} s limit, {args.workers} solver worker(s); "
+        f"(b) SHA-EA, {args.sha_s:g} s ==")
+    say(f"{'instance':<42} {'status':<9} {'obj s':>8} {'bound s':>8} {'wall s':>7} "
+        f"{'ILP plan s':>10} {'SHA-EA s':>9} {'SHA wall':>8} {'gap':>8}")
+    for wname in SMALL_WORKLOADS:
+        wl = workload_preset(wname)
+        for cname in SMALL_CLUSTERS:
+            cl = cluster_preset(cname)
+            inst = f"{wname} @ {cname}"
+            ilp, ilp_wall, err = run("ilp", wl, cl, Budget(seconds=args.ilp_limit, seed=args.seed,
+                                                           workers=args.workers))
+            sha, sha_wall, err2 = run("hetrl", wl, cl, Budget(seconds=args.sha_s, seed=args.seed))
+            ilp_s = ilp.estimate.iteration_s if ilp else None
+            sha_s = sha.estimate.iteration_s if sha else None
+            status = str(ilp.extra.get("ilp_status", "?")).split(" ")[0] if ilp else "ERROR"
+            obj = ilp.extra.get("ilp_objective_s") if ilp else None
+            bound = ilp.extra.get("ilp_bound_s") if ilp else None
+            say(f"{inst:<42} {status:<9} {fmt(obj):>8} {fmt(bound):>8} {ilp_wall:>7.1f} "
+                f"{fmt(ilp_s):>10} {fmt(sha_s):>9} {sha_wall:>8.1f} {gap(sha_s, ilp_s):>8}")
+            if err or err2:
+                say(f"    errors: {err} {err2}")
+            if ilp:
+                say(f"    ILP: {ilp.extra.get('ilp_candidates')} candidates, status "
+                    f"{ilp.extra.get('ilp_status')}, solver {fmt(ilp.extra.get('ilp_solve_s'), 1)} s")
+            rows.append(Row("a", inst, "ilp", f"{args.ilp_limit:g}s", ilp_s, ilp_wall,
+                            f"{status} obj={fmt(obj)} bound={fmt(bound)}"))
+            rows.append(Row("b", inst, "hetrl", f"{args.sha_s:g}s", sha_s, sha_wall,
+                            f"gap to ILP plan {gap(sha_s, ilp_s)}"))
+    say()
+
+
+def section_paper(args, rows: list[Row]) -> None:
+    wl, cl = workload_preset(PAPER_WORKLOAD), cluster_preset(PAPER_CLUSTER)
+    inst = f"{PAPER_WORKLOAD} @ {PAPER_CLUSTER}"
+    say(f"== (c) {inst}: budgets {', '.join(f'{b:g}' for b in args.budgets)} s; reference: "
+        f"SHA-EA {args.reference_s:g} s ==")
+    results: dict[tuple[str, float], tuple[float | None, float, int]] = {}
+    for b in args.budgets:
+        for name in COMPARED:
+            r, wall, err = run(name, wl, cl, Budget(seconds=b, seed=args.seed))
+            results[(name, b)] = (r.estimate.iteration_s if r else None, wall,
+                                  r.evaluations if r else 0)
+            say(f"  {name:<13} {b:>5g} s: {fmt(results[(name, b)][0]):>8} s/iter "
+                f"({results[(name, b)][2]} evaluations, {wall:.1f} s wall){' ' + err if err else ''}")
+    ref, ref_wall, _ = run("hetrl", wl, cl, Budget(seconds=args.reference_s, seed=args.seed + 1))
+    ref_s = ref.estimate.iteration_s if ref else None
+    say(f"  reference SHA-EA {args.reference_s:g} s (seed {args.seed + 1}): {fmt(ref_s)} s/iter "
+        f"({ref.evaluations if ref else 0} evaluations, {ref_wall:.1f} s wall)")
+    seen = [v[0] for v in results.values() if v[0] is not None] + ([ref_s] if ref_s else [])
+    best = min(seen) if seen else None
+    say(f"  best found: {fmt(best)} s/iter")
+    say(f"  {'budget':>8} " + " ".join(f"{n:>13}" for n in COMPARED) + "   (gap to best found)")
+    for b in args.budgets:
+        say(f"  {b:>7g}s " + " ".join(f"{gap(results[(n, b)][0], best):>13}" for n in COMPARED))
+    for (name, b), (s, wall, _) in results.items():
+        rows.append(Row("c", inst, name, f"{b:g}s", s, wall, f"gap to best {gap(s, best)}"))
+    rows.append(Row("c", inst, "hetrl (reference)", f"{args.reference_s:g}s", ref_s, ref_wall,
+                    f"gap to best {gap(ref_s, best)}"))
+    last = max(args.budgets)
+    say(f"  SHA-EA at {last:g} s vs the reference: {gap(results[('hetrl', last)][0], ref_s)} "
+        f"(vs best found: {gap(results[('hetrl', last)][0], best)})")
+    say()
+
+
+def section_large(args, rows: list[Row]) -> None:
+    t0 = time.perf_counter()
+    cl = random_cluster(seed=args.seed, num_nodes=128, num_regions=16, gpus_per_node=(8,),
+                        name="random-1024")
+    build_s = time.perf_counter() - t0
+    wl = workload_preset(PAPER_WORKLOAD)
+    inst = f"{PAPER_WORKLOAD} @ random-1024 ({cl.num_devices} GPUs, 16 regions)"
+    say(f"== (d) {inst}; cluster built in {build_s:.1f} s ==")
+    for b in args.large_budgets:
+        r, wall, err = run("hetrl", wl, cl, Budget(seconds=b, seed=args.seed))
+        first = r.history[0][0] if r and r.history else None
+        say(f"  SHA-EA {b:g} s budget: {fmt(r.estimate.iteration_s if r else None)} s/iter, valid "
+            f"plan, {r.evaluations if r else 0} evaluations, first plan after {fmt(first)} s, "
+            f"{wall:.1f} s wall{' ' + err if err else ''}")
+        rows.append(Row("d", inst, "hetrl", f"{b:g}s", r.estimate.iteration_s if r else None, wall,
+                        f"first plan at {fmt(first)} s; {r.evaluations if r else 0} evals"))
+    say()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shorter limits (about 10 minutes)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="CP-SAT workers for the ILP (default: all cores)")
+    ap.add_argument("--reference-s", type=float, default=None,
+                    help="SHA-EA reference run in (c), seconds (default 600; --quick 60)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", choices=("small", "paper", "large"), action="append",
+                    help="run only these sections (repeatable)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.ilp_limit, args.sha_s = 60.0, 20.0
+        args.budgets = (5.0, 15.0, 30.0, 60.0)
+        args.large_budgets = (30.0,)
+    else:
+        args.ilp_limit, args.sha_s = 180.0, 60.0
+        args.budgets = (5.0, 15.0, 30.0, 60.0)
+        args.large_budgets = (60.0, 300.0)
+    if args.reference_s is None:
+        args.reference_s = 60.0 if args.quick else 600.0
+    say(f"bench_search: python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} cores; mode {'quick' if args.quick else 'full'}; seed {args.seed}")
+    say()
+    rows: list[Row] = []
+    t0 = time.perf_counter()
+    sections = args.only or ["small", "paper", "large"]
+    if "small" in sections:
+        section_small(args, rows)
+    if "paper" in sections:
+        section_paper(args, rows)
+    if "large" in sections:
+        section_large(args, rows)
+    say(f"== summary ({time.perf_counter() - t0:.0f} s in all) ==")
+    say(f"{'sec':<3} {'instance':<44} {'scheduler':<18} {'budget':>6} {'iter s':>8} "
+        f"{'wall s':>7}  note")
+    for r in rows:
+        say(f"{r.section:<3} {r.instance[:44]:<44} {r.scheduler:<18} {r.budget:>6} "
+            f"{fmt(r.iteration_s):>8} {r.wall_s:>7.1f}  {r.note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

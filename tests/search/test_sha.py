@@ -1,0 +1,313 @@
+"""SHA-EA's parts: successive halving vs random search, GPU-group sizes, swap local search,
+Baldwinian evolution, and the load balancer."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hetrl.cost.model import CostModel
+from hetrl.plan import Plan, TaskGroup, even_layers, make_placement, validate
+from hetrl.search import Budget, get_scheduler
+from hetrl.search.balance import balance_data, balance_layers, proportional_split
+from hetrl.search.base import Evaluator
+from hetrl.search.ea import AFF_NODE, AFF_REGION, AFF_ZONE, Arm, DeviceFacts, local_search
+from hetrl.search.genome import decode
+from hetrl.search.sha import HetRLSimpleScheduler, sample_sizes
+from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
+from hetrl.spec.presets import cluster_preset, workload_preset
+from hetrl.spec.random_cluster import random_cluster
+
+# --- SHA-EA vs random search ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sha_ea_beats_random_search_at_equal_evaluations(seed, small_workload, small_cluster):
+    budget = Budget(evaluations=300, seed=seed)
+    sha = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    rnd = get_scheduler("random").search(small_workload, small_cluster, budget)
+    assert sha.evaluations == rnd.evaluations == 300
+    assert sha.estimate.iteration_s < rnd.estimate.iteration_s
+
+
+def test_hetrl_simple_runs(small_workload, small_cluster):
+    assert HetRLSimpleScheduler.halve is False and HetRLSimpleScheduler.swaps == "within"
+    result = get_scheduler("hetrl-simple").search(small_workload, small_cluster,
+                                                  Budget(evaluations=150, seed=0))
+    validate(result.plan, small_workload, small_cluster)
+    assert result.estimate.feasible and result.evaluations <= 150
+
+
+def test_sha_ea_improves_with_budget(small_workload, small_cluster):
+    """More evaluations never hurt much: the best of a long run is at least as good as the
+    first feasible plan of its own history."""
+    result = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                           Budget(evaluations=400, seed=1))
+    feasible = [h[2] for h in result.history if h[2] < float("inf")]
+    assert result.estimate.iteration_s == min(feasible) <= feasible[0]
+
+
+# --- level 2: GPU-group sizes --------------------------------------------------------------------
+
+
+@given(st.integers(min_value=1, max_value=96), st.integers(min_value=1, max_value=6),
+       st.integers(min_value=1, max_value=8), st.integers(min_value=0, max_value=2**32 - 1))
+def test_sample_sizes_are_distinct_compositions(n, groups, k, seed):
+    if groups > n:
+        groups = n
+    out = sample_sizes(n, groups, k, np.random.default_rng(seed))
+    assert 1 <= len(out) <= k
+    assert len(set(out)) == len(out)
+    for sizes in out:
+        assert len(sizes) == groups and sum(sizes) == n and min(sizes) >= 1
+    even = tuple(n // groups + (1 if i < n % groups else 0) for i in range(groups))
+    assert out[0] == even
+
+
+def test_sample_sizes_by_hand():
+    rng = np.random.default_rng(0)
+    out = sample_sizes(64, 3, 4, rng)
+    assert out[0] == (22, 21, 21)
+    assert out[1] == (24, 24, 16)  # 8 nodes over 3 groups, whole nodes
+    assert len(out) == 4
+    assert sample_sizes(5, 5, 3, rng) == [(1, 1, 1, 1, 1)]  # the only composition
+
+
+# --- level 3/5: swap local search ----------------------------------------------------------------
+
+
+def slices(order, sizes):
+    """The groups of an order, the unused rest as a group of its own (as local search sees it)."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(order[start:start + n])
+        start += n
+    if start < len(order):
+        out.append(order[start:])
+    return out
+
+
+def locality(order, sizes, facts: DeviceFacts) -> int:
+    """Sum over groups of the affinity of every pair of the group's GPUs (node 4, zone 2,
+    region 1)."""
+    total = 0
+    for group in slices(order, sizes):
+        for a, b in itertools.combinations(group, 2):
+            total += facts.affinity(a, b)
+    return total
+
+
+def mixed_cluster() -> ClusterSpec:
+    """6 nodes x 4 GPUs, two types, three regions (with two zones in r1): cross-node swaps of one
+    GPU type exist."""
+    nodes = (
+        NodeSpec("a0", "A100-80GB", 4, "r1", "a"), NodeSpec("l0", "L40S", 4, "r1", "b"),
+        NodeSpec("a1", "A100-80GB", 4, "r2"), NodeSpec("l1", "L40S", 4, "r2"),
+        NodeSpec("a2", "A100-80GB", 4, "r3"), NodeSpec("l2", "L40S", 4, "r3"),
+    )
+    links = (RegionLink("r1", "r2", 10, 5), RegionLink("r1", "r3", 20, 2),
+             RegionLink("r2", "r3", 15, 3))
+    return ClusterSpec("mixed24", nodes, links)
+
+
+def test_affinity_levels():
+    facts = DeviceFacts.of(CostModel(workload_preset("qwen3-4b-grpo-sync"), mixed_cluster()))
+    assert facts.affinity(0, 1) == AFF_NODE == 4  # same node
+    assert facts.affinity(0, 4) == AFF_REGION == 1  # r1, zones a and b
+    assert facts.affinity(0, 8) == 0  # different regions
+    two_zone = ClusterSpec("z", (NodeSpec("x", "L4", 1, "r"), NodeSpec("y", "L4", 1, "r")))
+    f2 = DeviceFacts.of(CostModel(workload_preset("qwen3-4b-grpo-sync"), two_zone))
+    assert f2.affinity(0, 1) == AFF_ZONE == 2  # one zone, two nodes
+
+
+def test_local_search_by_hand():
+    """Two groups of two A100s interleaved over two nodes: one swap puts each group in a node."""
+    cl = ClusterSpec("2x2", (NodeSpec("p", "A100-80GB", 2, "r"), NodeSpec("q", "A100-80GB", 2, "r")))
+    facts = DeviceFacts.of(CostModel(workload_preset("qwen3-4b-grpo-sync"), cl))
+    before = (0, 2, 1, 3)  # groups {0, 2} and {1, 3}: every pair across nodes (zone: 2 each)
+    after = local_search(before, (2, 2), facts)
+    assert locality(before, (2, 2), facts) == 4
+    assert locality(after, (2, 2), facts) == 8
+    assert {frozenset(g) for g in slices(after, (2, 2))} == {frozenset({0, 1}), frozenset({2, 3})}
+    # HetRL-simple's "within" swaps never move a GPU to another group.
+    within = local_search(before, (2, 2), facts, swaps="within")
+    assert [set(g) for g in slices(within, (2, 2))] == [{0, 2}, {1, 3}]
+
+
+def _local_search_case(seed: int):
+    cl = mixed_cluster() if seed % 2 else random_cluster(seed, num_nodes=6, num_regions=3,
+                                                          gpus=("A100-80GB", "L40S", "L4"))
+    facts = DeviceFacts.of(CostModel(workload_preset("qwen3-4b-grpo-sync"), cl))
+    rng = np.random.default_rng(seed)
+    n = cl.num_devices
+    groups = int(rng.integers(1, min(4, n) + 1))
+    used = int(rng.integers(groups, n + 1))
+    sizes = tuple(int(s) for s in sample_sizes(used, groups, 3, rng)[-1])
+    order = tuple(int(d) for d in rng.permutation(n))
+    return facts, order, sizes
+
+
+@given(st.integers(min_value=0, max_value=10_000))
+def test_local_search_invariants(seed):
+    facts, order, sizes = _local_search_case(seed)
+    after = local_search(order, sizes, facts)
+    assert sorted(after) == sorted(order)  # the same devices, each once
+    assert locality(after, sizes, facts) >= locality(order, sizes, facts)
+    for g_before, g_after in zip(slices(order, sizes), slices(after, sizes), strict=True):
+        assert len(g_before) == len(g_after)  # group sizes kept
+        # swaps only exchange GPUs of one type: each group keeps its multiset of GPU types
+        assert sorted(facts.gpu[d] for d in g_before) == sorted(facts.gpu[d] for d in g_after)
+    for group in slices(after, sizes)[: len(sizes)]:
+        nodes = [facts.node[d] for d in group]
+        runs = [k for k, _ in itertools.groupby(nodes)]
+        assert len(runs) == len(set(runs)), "a group's GPUs come node by node"
+    # "within" keeps every group's set of devices
+    within = local_search(order, sizes, facts, swaps="within")
+    for g_before, g_after in zip(slices(order, sizes), slices(within, sizes), strict=True):
+        assert set(g_before) == set(g_after)
+
+
+@pytest.mark.parametrize("seed", [1, 3, 4, 7])
+def test_local_search_ends_in_a_local_optimum(seed):
+    """With enough swaps allowed, no single cross-group swap of two GPUs of one type improves
+    the locality score of the result."""
+    facts, order, sizes = _local_search_case(seed)
+    after = list(local_search(order, sizes, facts, max_swaps=10_000))
+    score = locality(after, sizes, facts)
+    bounds = np.cumsum((0,) + sizes + (len(after) - sum(sizes),))
+    group = np.searchsorted(bounds, np.arange(len(after)), side="right") - 1
+    for i, j in itertools.combinations(range(len(after)), 2):
+        if group[i] == group[j] or facts.gpu[after[i]] != facts.gpu[after[j]]:
+            continue
+        trial = list(after)
+        trial[i], trial[j] = trial[j], trial[i]
+        assert locality(trial, sizes, facts) <= score
+
+
+# --- Baldwinian evolution ------------------------------------------------------------------------
+
+
+def test_baldwinian_population_keeps_unimproved_genotypes():
+    wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=64)
+    cl = mixed_cluster()
+    model = CostModel(wl, cl)
+    facts = DeviceFacts.of(model)
+    groups = (("actor_generation",), ("reward_inference", "reference_inference", "actor_training"))
+    arm = Arm(groups, (12, 12), model, facts, np.random.default_rng(5), population=6)
+    calls: list = []
+    original_improve = arm.improve
+
+    def spy(g):
+        out = original_improve(g)
+        calls.append((g, out))
+        return out
+
+    arm.improve = spy
+    evaluated: list[Plan] = []
+    ev = Evaluator(wl, cl, Budget(evaluations=60, seed=0), model=model)
+    original_evaluate = ev.evaluate
+
+    def spy_evaluate(plan):
+        evaluated.append(plan)
+        return original_evaluate(plan)
+
+    ev.evaluate = spy_evaluate
+    arm.run(ev, 40)
+    assert arm.evaluations == len(evaluated) == len(calls) == 40
+    improved = dict(calls)
+    # Local search runs before every evaluation: each evaluated plan is an improved genotype's.
+    for plan, (_, out) in zip(evaluated, calls, strict=True):
+        assert plan.placements == decode(out, model).placements
+    # The population holds the genotypes local search was given, with the improved fitness.
+    changed = 0
+    for f, g in arm.population:
+        assert g in improved, "a population member is a mutated/random genotype"
+        better = improved[g]
+        assert f == pytest.approx(ev.fitness(model.estimate(decode(better, model), check=False)))
+        if better != g:
+            changed += 1
+    assert changed > 0, "local search changed some genotypes, and they were not written back"
+
+
+# --- load balancer -------------------------------------------------------------------------------
+
+
+def test_proportional_split_by_hand():
+    # raw = 1 + 7 * w / 4 = (2.75, 2.75, 4.5): floors (2, 2, 4), two remainders of 0.75 first.
+    assert proportional_split(10, [1, 1, 2]) == (3, 3, 4)
+    # raw (1.7, 1.7, 6.6) -> (2, 2, 6); the third is capped at 3: its excess moves one at a time
+    # to the part with the most room: (3, 2, 5), (3, 3, 4), (4, 3, 3).
+    assert proportional_split(10, [1, 1, 8], caps=[5, 5, 3]) == (4, 3, 3)
+    assert proportional_split(4, [5, 1, 1, 1]) == (1, 1, 1, 1)
+    with pytest.raises(ValueError):
+        proportional_split(2, [1, 1, 1])
+
+
+@given(st.integers(min_value=1, max_value=80),
+       st.lists(st.floats(min_value=0.01, max_value=100.0), min_size=1, max_size=8),
+       st.data())
+def test_proportional_split_properties(total, weights, data):
+    if total < len(weights):
+        total = len(weights)
+    out = proportional_split(total, weights)
+    assert sum(out) == total and min(out) >= 1 and len(out) == len(weights)
+    for i, j in itertools.permutations(range(len(weights)), 2):
+        if weights[i] > weights[j]:
+            assert out[i] >= out[j]  # a faster part never gets fewer
+    caps = data.draw(st.lists(st.integers(min_value=1, max_value=total), min_size=len(weights),
+                              max_size=len(weights)))
+    capped = proportional_split(total, weights, caps)
+    assert sum(capped) == total and min(capped) >= 1
+    if sum(caps) >= total:
+        assert all(c <= cap for c, cap in zip(capped, caps, strict=True))
+
+
+def test_data_balance_gives_faster_replicas_larger_shares(small_workload, small_cluster):
+    """Generation is memory-bound: an A100 replica (2039 GB/s) decodes faster than an L40S one
+    (864 GB/s), so it gets the larger share, and the task finishes sooner than with equal
+    shares."""
+    model = CostModel(small_workload, small_cluster)
+    p = make_placement("actor_generation", list(range(8)), 2, 1, 4, 36)
+    times = model.replica_seconds(p)
+    assert times[0] < times[1]
+    balanced = balance_data(model, p)
+    w = balanced.data_weights
+    assert w[0] > w[1] and w[0] == 1.0
+    assert w[1] == pytest.approx(times[0] / times[1], rel=1e-5)
+
+    def plan_with(gen):
+        others = [make_placement(t, list(range(8)), 2, 1, 4, 36)
+                  for t in small_workload.task_names[1:]]
+        return Plan((TaskGroup(small_workload.task_names, tuple(range(8))),), (gen, *others))
+
+    even = model.estimate(plan_with(p)).tasks["actor_generation"]
+    shared = model.estimate(plan_with(balanced)).tasks["actor_generation"]
+    assert shared < even
+    # Identical replicas keep equal weights.
+    same = make_placement("actor_generation", [0, 1, 2, 3], 2, 1, 2, 36)
+    assert balance_data(model, same).data_weights == (1.0, 1.0)
+
+
+def test_layer_balance_gives_faster_stages_more_layers():
+    """Training on A100 (312 TFLOPS) then L4 (121 TFLOPS) stages: the A100 stage gets more of
+    the 36 layers; identical stages keep the even split."""
+    wl = workload_preset("qwen3-4b-grpo-sync")
+    cl = cluster_preset("hetero24-two-region")  # A100 0-7, L40S 8-15, L4 16-23
+    model = CostModel(wl, cl)
+    p = make_placement("actor_training", [0, 1, 2, 3, 16, 17, 18, 19], 1, 2, 4, 36)
+    out = balance_layers(model, p)
+    assert sum(out.layers_per_stage) == 36
+    assert out.layers_per_stage[0] > out.layers_per_stage[1]
+    # proportional to FLOPS, unless the L4 stage's memory cap binds
+    assert out.layers_per_stage[0] >= round(36 * 312 / (312 + 121)) - 1
+    assert model.task_alone(out)[0] < model.task_alone(p)[0]
+    same = make_placement("actor_training", [0, 1, 2, 3, 4, 5, 6, 7], 1, 2, 4, 36)
+    assert balance_layers(model, same).layers_per_stage == even_layers(36, 2)
+    gen = replace(p, task="actor_generation")
+    # generation balances by HBM bandwidth: A100 2039 GB/s vs L4 300 GB/s
+    assert balance_layers(model, gen).layers_per_stage[0] > 18
