@@ -6,7 +6,9 @@ runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each, split ev
 surviving task groupings; after each round the worse half (by the best cost found) is dropped,
 so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
 over its GPU-group sizes with its share, and at the next level-1 round keeps the best half of
-them. Budget left when the rounds end goes to the best arm's EA.
+them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and any rounding
+left-over) goes to the EAs of the three best arms, round robin (our addition: one noisy early
+winner is not trusted with everything).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -212,8 +214,24 @@ class _SHABase(Scheduler):
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
         spent0 = ev.evaluations
+        exploit = float(opts.get("exploit_fraction", 0.3))
+        budget = (total - spent0) * (1 - exploit)
+        if self.halve:
+            # Successive halving needs a minimum resource per arm (as Hyperband's r_min): the
+            # first round gives every task grouping at least a population's worth of
+            # evaluations, so with a small budget a random subset of groupings (always keeping
+            # "everything co-located" and "every task apart") enters the halving.
+            need = population * k
+            n_arms = len(alive)
+            while n_arms > 2 and budget / ((math.ceil(math.log2(n_arms)) + 1) * n_arms) < need:
+                n_arms -= 1
+            if n_arms < len(alive):
+                ends = [alive[0], alive[-1]]  # groupings are ordered by their number of groups
+                middle = alive[1:-1]
+                picked = rng.choice(len(middle), size=max(n_arms - 2, 0), replace=False)
+                alive = ends + [middle[i] for i in sorted(picked.tolist())]
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
-        per_round = (total - spent0) / rounds
+        per_round = budget / rounds
         runner = _Runner(ev, ev.budget.workers)
         try:
             for r in range(rounds):
@@ -230,11 +248,13 @@ class _SHABase(Scheduler):
                     alive = alive[: max(1, len(alive) // 2)]
         finally:
             runner.close()
-        best_arm = min((a for l1 in alive for a in l1.arms), key=lambda a: a.best)
-        while True:  # the rest of the budget: the best arm keeps evolving
-            best_arm.run(ev, 64)
-            if ev.exhausted():
-                break
+        # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
+        # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
+        # with everything.
+        finalists = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:3]
+        while not ev.exhausted():
+            for arm in finalists:
+                arm.run(ev, 32)
         return {}
 
     def _evaluation_budget(self, ev: Evaluator, groupings: list, facts: DeviceFacts,
