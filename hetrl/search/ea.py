@@ -240,7 +240,7 @@ class Arm:
             if stronger:
                 pb = stronger[int(rng.integers(len(stronger)))]
                 order[pa], order[pb] = order[pb], order[pa]
-                return Genotype(g.groups, g.sizes, tuple(order), g.layouts)
+                return g.with_order(tuple(order))
             r = self.p_upgrade  # no stronger GPU left: fall through to another operator
         r = (r - self.p_upgrade) / (1 - self.p_upgrade) if self.p_upgrade < 1 else r
         if r < 0.4 and (len(bounds) > 1 or used < len(order)):
@@ -249,22 +249,29 @@ class Arm:
             others = [p for p in range(len(order)) if not bounds[ga][0] <= p < bounds[ga][1]]
             pb = others[int(rng.integers(len(others)))]
             order[pa], order[pb] = order[pb], order[pa]
-            return Genotype(g.groups, g.sizes, tuple(order), g.layouts)
-        if r < 0.75:
+            return g.with_order(tuple(order))
+        if r < 0.65:
             t, lay = g.layouts[int(rng.integers(len(g.layouts)))]
             options = [x for x in self.layout_options[t] if x != lay]
             if options:
                 return g.with_layout(t, options[int(rng.integers(len(options)))])
+        if r < 0.75:  # move a task to another part of its group's GPUs (level 5)
+            t, (dp, pp, tp) = g.layouts[int(rng.integers(len(g.layouts)))]
+            n = next(self.sizes[i] for i, grp in enumerate(self.groups) if t in grp)
+            used = dp * pp * tp
+            if used < n:
+                steps = [o for o in range(0, n, used) if o != g.offset(t)] or [0]
+                return g.with_offset(t, steps[int(rng.integers(len(steps)))])
         ga = int(rng.integers(len(bounds)))
         lo, hi = bounds[ga]
         if hi - lo >= 2:
             pa, pb = (int(x) for x in rng.choice(np.arange(lo, hi), size=2, replace=False))
             order[pa], order[pb] = order[pb], order[pa]
-        return Genotype(g.groups, g.sizes, tuple(order), g.layouts)
+        return g.with_order(tuple(order))
 
     def improve(self, g: Genotype) -> Genotype:
         order = local_search(g.order, g.sizes, self.facts, self.swaps)
-        return Genotype(g.groups, g.sizes, order, g.layouts)
+        return g.with_order(order)
 
     def fitness(self, ev: Evaluator, g: Genotype) -> float:
         f = ev.evaluate(decode(self.improve(g), self.model, self.load_balance))

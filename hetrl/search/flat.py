@@ -1,7 +1,8 @@
 """A flat encoding of all five levels as a vector of floats in [0, 1) (random keys), shared by
 the DEAP and random-search baselines: gene 0 picks the task grouping, the next ``max_groups``
 genes the GPU-group size proportions, then one key per device (sorting the keys gives the device
-order: level 3 and 5), then one gene per task choosing its layout among the candidates."""
+order: level 3 and 5), then one gene per task choosing its layout among the candidates, then one per task choosing its
+offset into its group's GPUs."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class FlatCodec:
         self.groupings = [g for g in task_groupings(workload) if len(g) <= num_devices]
         self.max_groups = max(len(g) for g in self.groupings)
         self.tasks = workload.task_names
-        self.length = 1 + self.max_groups + num_devices + len(self.tasks)
+        self.length = 1 + self.max_groups + num_devices + 2 * len(self.tasks)
 
     def random(self, rng: np.random.Generator) -> list[float]:
         return rng.random(self.length).tolist()
@@ -35,10 +36,15 @@ class FlatCodec:
         sizes = proportional_split(self.n, weights)
         keys = x[1 + self.max_groups:1 + self.max_groups + self.n]
         order = tuple(int(d) for d in np.argsort(keys, kind="stable"))
-        lay_genes = x[1 + self.max_groups + self.n:]
+        base = 1 + self.max_groups + self.n
+        lay_genes = x[base:base + len(self.tasks)]
+        off_genes = x[base + len(self.tasks):]
         group_size = {t: sizes[i] for i, grp in enumerate(grouping) for t in grp}
-        layouts = []
-        for t, gene in zip(self.tasks, lay_genes, strict=True):
+        layouts, offsets = [], []
+        for t, gene, off in zip(self.tasks, lay_genes, off_genes, strict=True):
             options = candidate_layouts(self.workload, t, group_size[t])
             layouts.append((t, options[int(gene * len(options))]))
-        return Genotype(grouping, tuple(sizes), order, tuple(layouts))
+            offset = int(off * group_size[t])
+            if offset:
+                offsets.append((t, offset))
+        return Genotype(grouping, tuple(sizes), order, tuple(layouts), tuple(offsets))

@@ -3,13 +3,14 @@
 A genotype fixes every level: ``groups`` (level 1), ``sizes`` (level 2), ``order`` -- a
 permutation of device ids whose consecutive slices of ``sizes`` are the groups' GPU sets (level 3)
 and whose order inside a slice is the tasklet order (level 5) -- and ``layouts`` per task
-(level 4). Devices after the last slice are unused. Decoding fills each task's (dp, pp, tp) grid
+(level 4), with a per-task ``offsets`` into its group's slice (level 5: tasks of one group may use
+different devices of it). Devices after the last slice are unused. Decoding fills each task's (dp, pp, tp) grid
 from its group's slice, tp innermost, then load-balances (data shares and layer splits).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, make_placement
@@ -24,6 +25,9 @@ class Genotype:
     sizes: tuple[int, ...]
     order: tuple[int, ...]
     layouts: tuple[tuple[str, Layout], ...]  # (task, (dp, pp, tp))
+    #: (task, offset): the task's devices start this far into its group's slice (wrapping), so
+    #: tasks of one group can use different devices of it (level 5); absent means 0.
+    offsets: tuple[tuple[str, int], ...] = ()
 
     def slices(self) -> list[tuple[int, ...]]:
         out, start = [], 0
@@ -38,9 +42,21 @@ class Genotype:
                 return lay
         raise KeyError(task)
 
+    def offset(self, task: str) -> int:
+        for t, off in self.offsets:
+            if t == task:
+                return off
+        return 0
+
     def with_layout(self, task: str, lay: Layout) -> Genotype:
-        return Genotype(self.groups, self.sizes, self.order,
-                        tuple((t, lay if t == task else old) for t, old in self.layouts))
+        return replace(self, layouts=tuple((t, lay if t == task else old) for t, old in self.layouts))
+
+    def with_order(self, order: tuple[int, ...]) -> Genotype:
+        return replace(self, order=order)
+
+    def with_offset(self, task: str, offset: int) -> Genotype:
+        rest = tuple((t, o) for t, o in self.offsets if t != task)
+        return replace(self, offsets=rest + (((task, offset),) if offset else ()))
 
 
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
@@ -56,7 +72,9 @@ def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
         for task in tasks:
             dp, pp, tp = g.layout(task)
             role = wl.task(task).role
-            p = make_placement(task, devices[: dp * pp * tp], dp, pp, tp, wl.model(role).layers)
+            off = g.offset(task) % len(devices)
+            mine = devices[off:] + devices[:off]
+            p = make_placement(task, mine[: dp * pp * tp], dp, pp, tp, wl.model(role).layers)
             placements.append(balance(model, p) if load_balance else p)
     order = {t: i for i, t in enumerate(wl.task_names)}
     placements.sort(key=lambda p: order[p.task])
