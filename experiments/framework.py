@@ -102,11 +102,21 @@ def cache_path(figure: str, key: str) -> Path:
     return RESULTS / "cache" / figure / f"{key}.json"
 
 
-def compute_cell(figure: str, cell: dict[str, Any]) -> list[dict[str, Any]]:
-    """Compute one cell in this process (what a Ray task or a pool worker runs)."""
+class CellError(Exception):
+    """A cell failed; its traceback is the message (the run goes on, the cell is not cached)."""
+
+
+def compute_cell(figure: str, cell: dict[str, Any]) -> list[dict[str, Any]] | CellError:
+    """Compute one cell in this process (what a Ray task or a pool worker runs). A failure is
+    returned, not raised, so one bad cell does not stop the sweep."""
+    import traceback
+
     fig = load_figures()[figure]
     start = time.perf_counter()
-    rows = fig.compute(cell)
+    try:
+        rows = fig.compute(cell)
+    except Exception:  # noqa: BLE001 -- reported by the driver with the cell that failed
+        return CellError(traceback.format_exc())
     took = time.perf_counter() - start
     return [{**row, "cell_seconds": took} for row in rows]
 

@@ -21,6 +21,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from experiments.framework import (  # noqa: E402
     FIGURES,
     RESULTS,
+    CellError,
     Config,
     Job,
     cell_key,
@@ -77,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         runner, kind = make_runner(min(args.workers, len(todo)), args.address, args.local)
         print(f"running on {kind}", flush=True)
         bar = tqdm(total=len(todo), unit="cell", desc="cells", dynamic_ncols=True)
+        failed: list[tuple[Job, str]] = []
         try:
-            def done(job: Job, rows: list[dict]) -> None:
-                store(job, rows)  # written as soon as it finishes: a kill loses no finished cell
+            def done(job: Job, rows) -> None:
+                if isinstance(rows, CellError):
+                    failed.append((job, str(rows)))
+                else:
+                    store(job, rows)  # written as soon as it finishes: a kill loses no finished cell
                 bar.update(1)
                 bar.set_postfix_str(job.figure)
 
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bar.close()
             runner.close()
+        for job, error in failed:
+            print(f"\ncell failed ({job.figure} {job.cell}):\n{error}", file=sys.stderr)
     results = tables(figures, jobs)
     FIGURES.mkdir(exist_ok=True)
     for fig in figures:
@@ -99,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     write_readme(registry, load_all_tables(registry, config, version), config)
     print(f"done in {time.perf_counter() - start:.1f} s: tables in {RESULTS}, figures in {FIGURES}",
           flush=True)
+    if todo and failed:
+        print(f"{len(failed)} cell(s) failed (see above); their figures miss those cells",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -44,6 +44,11 @@ class Fig6(Figure):
         else:
             _, info = search("hetrl", cell["workload"], cell["cluster"], cell["evaluations"], cell["seed"])
         hist = info["history"]
+        if not hist:  # nothing feasible within the budget
+            return [{"cluster": cell["cluster"], "workload": cell["workload"],
+                     "scheduler": cell["scheduler"], "iteration_s": float("nan"),
+                     "time_to_solution_s": float("nan"), "search_s": info["search_s"],
+                     "ilp_status": info.get("infeasible", "no plan")}]
         final = hist[-1][2]
         # time to reach within 1% of its own final answer
         reach = next(e for e, _, b in hist if b <= final * 1.01)
