@@ -10,8 +10,9 @@ devices while it runs, so tasks sharing GPUs run one after another), the fluid n
   decodes until its next sequence ends (runs of decode steps whose time follows the batch and
   its growing context); the replica ends with its last sequence.
 - Inference and training, per micro-batch through the pipeline stages, with the stage-to-stage
-  activations (and gradients) moved over the network; training runs 1F1B, then the gradient
-  reduce-scatter and parameter all-gather of every DP group as ring steps over the network,
+  activations (and gradients) moved over the network, each send holding its stage until it is
+  delivered (blocking point-to-point, as in Megatron's schedules); training runs 1F1B, then the
+  gradient reduce-scatter and parameter all-gather of every DP group as ring steps over the network,
   then the optimizer step.
 - Rollout data moves from the generation replicas to every downstream replica; after actor
   training the weights move to the generation devices (the cost model's pull plan).
@@ -284,10 +285,12 @@ class Simulation:
                 busy += self.env.now - start
                 self.span("forward" if op == "F" else "backward", "tasklet", p.task, it, start,
                           devs, replica=i, stage=j, micro_batch=mb)
+                # The send blocks the stage until delivered (Megatron's blocking p2p), as the
+                # cost model's per-stage time c_j + send_j assumes.
                 if op == "F" and j < pp - 1:
-                    self.env.process(send(j, j + 1, mb, act[mb][j + 1], "activations"))
+                    yield self.env.process(send(j, j + 1, mb, act[mb][j + 1], "activations"))
                 if op == "B" and j > 0:
-                    self.env.process(send(j, j - 1, mb, grad[mb][j - 1], "gradients"))
+                    yield self.env.process(send(j, j - 1, mb, grad[mb][j - 1], "gradients"))
             stage_done.append((first, self.env.now, busy))
 
         yield simpy.AllOf(self.env, [self.env.process(stage(j)) for j in range(pp)])
