@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,32 +41,28 @@ def _in_file(path: Path, exc: HetrlError) -> HetrlError:
     return exc
 
 
-def load_workload(ref: str | Path) -> WorkloadSpec:
-    """A workload from a preset name or a YAML/JSON file."""
-    if str(ref) in WORKLOAD_PRESETS:
-        return workload_preset(str(ref))
+def _load_spec(ref: str | Path, what: str, presets: Mapping[str, Any],
+               from_preset: Callable[[str], Any], from_dict: Callable[..., Any]) -> Any:
+    """A spec from a preset name or a YAML/JSON file; errors name the file."""
+    if str(ref) in presets:
+        return from_preset(str(ref))
     p = Path(ref)
     if not p.exists():
-        raise SpecError("workload", str(ref),
-                        f"neither a preset nor a file; presets: {', '.join(WORKLOAD_PRESETS)}")
+        raise SpecError(what, str(ref), f"neither a preset nor a file; presets: {', '.join(presets)}")
     try:
-        return WorkloadSpec.from_dict(read_mapping(p, "workload"), base_dir=p.parent)
+        return from_dict(read_mapping(p, what), base_dir=p.parent)
     except HetrlError as exc:
         raise _in_file(p, exc) from None
+
+
+def load_workload(ref: str | Path) -> WorkloadSpec:
+    """A workload from a preset name or a YAML/JSON file."""
+    return _load_spec(ref, "workload", WORKLOAD_PRESETS, workload_preset, WorkloadSpec.from_dict)
 
 
 def load_cluster(ref: str | Path) -> ClusterSpec:
     """A cluster from a preset name or a YAML/JSON file."""
-    if str(ref) in CLUSTER_PRESETS:
-        return cluster_preset(str(ref))
-    p = Path(ref)
-    if not p.exists():
-        raise SpecError("cluster", str(ref),
-                        f"neither a preset nor a file; presets: {', '.join(CLUSTER_PRESETS)}")
-    try:
-        return ClusterSpec.from_dict(read_mapping(p, "cluster"), base_dir=p.parent)
-    except HetrlError as exc:
-        raise _in_file(p, exc) from None
+    return _load_spec(ref, "cluster", CLUSTER_PRESETS, cluster_preset, ClusterSpec.from_dict)
 
 
 def load_plan(path: str | Path) -> Plan:

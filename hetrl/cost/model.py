@@ -221,12 +221,8 @@ class CostModel:
                 if kind == "generation":
                     rc = generation_replica(shapes, hw, n, budget, self.L, wl.gen_max_concurrency,
                                             self.params)
-                elif kind == "training":
-                    rc = training_replica(shapes, hw, n, wl.micro_batch_size, self.L, self.params,
-                                          wl.recompute)
                 else:
-                    rc = inference_replica(shapes, hw, n, wl.inference_micro_batch_size, self.L,
-                                           self.params)
+                    rc = self._forward_replica(kind, shapes, hw, n)
                 self._replica[key] = rc
             out.append(rc.seconds)
         return out
@@ -309,12 +305,7 @@ class CostModel:
             key = (kind, shapes, hw, round(n, 6))
             rc = self._replica.get(key)
             if rc is None:
-                if kind == "training":
-                    rc = training_replica(shapes, hw, n, wl.micro_batch_size, self.L, self.params,
-                                          wl.recompute)
-                else:
-                    rc = inference_replica(shapes, hw, n, wl.inference_micro_batch_size, self.L,
-                                           self.params)
+                rc = self._forward_replica(kind, shapes, hw, n)
                 self._replica[key] = rc
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
@@ -327,6 +318,15 @@ class CostModel:
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps
         return _TaskResult(seconds, parts, ())
+
+    def _forward_replica(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
+                         n: float) -> ReplicaCost:
+        """One replica of an inference or training task over ``n`` sequences."""
+        wl = self.workload
+        if kind == "training":
+            return training_replica(shapes, hw, n, wl.micro_batch_size, self.L, self.params,
+                                    wl.recompute)
+        return inference_replica(shapes, hw, n, wl.inference_micro_batch_size, self.L, self.params)
 
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the
