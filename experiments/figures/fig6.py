@@ -83,9 +83,17 @@ class Fig6(Figure):
                 continue
             i, s = float(ilp["iteration_s"].iloc[0]), float(sha["iteration_s"].iloc[0])
             gap = (s - i) / i
-            rows.append({"what": f"{cl}, {wl}: SHA-EA vs ILP plan (ILP {ilp['ilp_status'].iloc[0]}, "
+            status = str(ilp["ilp_status"].iloc[0])
+            if gap < -paper.FIG6_GAP:
+                reading = ("SHA-EA's plan is better: the ILP did not finish" if "OPTIMAL" not in status
+                           else "SHA-EA's plan is better: the ILP optimises a linearised model "
+                                "(docs/search.md), judged here by the full cost model")
+            elif gap <= paper.FIG6_GAP:
+                reading = "within 1%"
+            else:
+                reading = "SHA-EA behind the ILP plan by more than 1%"
+            rows.append({"what": f"{cl}, {wl}: SHA-EA vs ILP plan (ILP {status}, "
                                  f"{float(ilp['search_s'].iloc[0]):.0f} s)",
                          "ours": f"{gap:+.1%}", "paper": f"within {paper.FIG6_GAP:.0%}",
-                         "reading": "within 1%" if gap <= paper.FIG6_GAP else
-                         "SHA-EA behind the ILP plan by more than 1%"})
+                         "reading": reading})
         return rows
