@@ -17,6 +17,12 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "evaluation budget and cost model; throughput comes from the simulator. The paper's "
         "numbers (He et al., MLSys 2026) are only the paper's column; nothing is tuned toward them.",
         "",
+        "Run sizes: `--quick` simulates 32 prompts x 8 responses per iteration with tiny search "
+        "budgets; the default mode 96 x 8 with 1,000 cost-model evaluations per plan search and "
+        "Qwen3-8B only in fig3/fig4 (so that all figures take about 10-15 minutes on 2 cores); "
+        "`--full` the paper's 384 x 8, Qwen3 4B/8B/14B and 4,000 evaluations. Smaller batches "
+        "shorten generation tails and change the balance between tasks, so ratios can move.",
+        "",
     ]
     for name, fig in registry.items():
         table = tables.get(name)

@@ -47,6 +47,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--address", help="attach to an existing Ray cluster (e.g. ray://host:10001)")
     p.add_argument("--local", action="store_true", help="no Ray: run cells in local processes")
     p.add_argument("--force", action="store_true", help="recompute cached cells")
+    p.add_argument("--replot", action="store_true",
+                   help="compute nothing: redraw figures and figures/README.md from the saved tables")
     return p.parse_args(argv)
 
 
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         print("run.py: error: --seeds and --workers must be >= 1", file=sys.stderr)
         return 2
     config = Config("quick" if args.quick else "full" if args.full else "default", args.seeds)
+    if args.replot:
+        return replot(registry, [registry[n] for n in names], config)
     version = code_version()
     figures = [registry[n] for n in names]
     jobs = {f.name: [Job(f.name, c, cell_key(f.name, c, version)) for c in f.cells(config)]
@@ -110,6 +114,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(failed)} cell(s) failed (see above); their figures miss those cells",
               file=sys.stderr)
         return 1
+    return 0
+
+
+def replot(registry, figures, config) -> int:
+    """Figures and README from the tables in experiments/results (plots need only the table)."""
+    import pandas as pd
+
+    tables = {}
+    for name in registry:
+        path = RESULTS / f"{name}.csv"
+        if path.exists():
+            tables[name] = pd.read_csv(path)
+    FIGURES.mkdir(exist_ok=True)
+    for fig in figures:
+        if fig.name in tables:
+            fig.plot(tables[fig.name], FIGURES / f"{fig.name}.png")
+    write_readme(registry, tables, config)
+    print(f"redrew {sum(f.name in tables for f in figures)} figure(s) from {RESULTS}")
     return 0
 
 
