@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -218,5 +217,3 @@ def get_scheduler(name: str, params: CostParams = DEFAULT_PARAMS, **options: Any
         raise SpecError("scheduler", name, f"unknown; known: {', '.join(sorted(SCHEDULERS))}")
     return SCHEDULERS[name](params, **options)
 
-
-Factory = Callable[..., Scheduler]
