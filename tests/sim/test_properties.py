@@ -192,7 +192,7 @@ def cases(draw):
     return wl, cluster, plan, draw(st.integers(0, 3))
 
 
-@settings(max_examples=25)
+@settings(max_examples=50)
 @given(cases())
 def test_random_plans_keep_the_invariants(case):
     wl, cluster, plan, seed = case
