@@ -67,12 +67,8 @@ def _ring(lat: list[list[float]], bw: list[list[float]], order: list[int]) -> tu
 def group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
     """Collective link facts of ``devices`` (order-independent: the ring goes node by node).
     Memoised per cluster."""
-    cache = cluster.topology.memo.setdefault("group_links", {})
-    out = cache.get(devices)
-    if out is None:
-        out = _group_links(cluster, devices)
-        cache[devices] = out
-    return out
+    return cluster.topology.memoised("group_links", devices,
+                                     lambda: _group_links(cluster, devices))
 
 
 def _group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:

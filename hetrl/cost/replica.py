@@ -39,12 +39,7 @@ class ReplicaHW:
 
 def replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:
     """The replica's hardware (memoised per cluster: a pure function of the device grid)."""
-    cache = cluster.topology.memo.setdefault("replica_hw", {})
-    out = cache.get(replica)
-    if out is None:
-        out = _replica_hw(cluster, replica)
-        cache[replica] = out
-    return out
+    return cluster.topology.memoised("replica_hw", replica, lambda: _replica_hw(cluster, replica))
 
 
 def _replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:

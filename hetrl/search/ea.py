@@ -18,6 +18,7 @@ inside each group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -187,16 +188,22 @@ class Arm:
         fitting = [x for x in options if self._need(task, x) < room[x[0] * x[1] * x[2] - 1]]
         return fitting or list(options)
 
-    def random_genotype(self) -> Genotype:
-        order = tuple(int(d) for d in self.rng.permutation(self.model.cluster.num_devices))
+    def _genotype(self, order: tuple[int, ...], choose: Any) -> Genotype:
+        """The genotype of ``order`` with each task's layout ``choose(task, its group's slice)``."""
         start, lays = 0, []
         for g, n in zip(self.groups, self.sizes, strict=True):
             devices = order[start:start + n]
             start += n
-            for t in g:
-                fitting = self._fitting(t, devices)
-                lays.append((t, fitting[int(self.rng.integers(len(fitting)))]))
+            lays += [(t, choose(t, devices)) for t in g]
         return Genotype(self.groups, self.sizes, order, tuple(lays))
+
+    def random_genotype(self) -> Genotype:
+        order = tuple(int(d) for d in self.rng.permutation(self.model.cluster.num_devices))
+
+        def choose(t: str, devices: tuple[int, ...]) -> Layout:
+            fitting = self._fitting(t, devices)
+            return fitting[int(self.rng.integers(len(fitting)))]
+        return self._genotype(order, choose)
 
     def seeded_genotype(self) -> Genotype:
         """A structured start (our addition to the paper's random one): GPUs of one type kept
@@ -209,18 +216,15 @@ class Arm:
         rank = {t: int(r) for t, r in zip(types, self.rng.permutation(len(types)), strict=True)}
         order = tuple(sorted(range(len(f.gpu)), key=lambda d: (rank[f.gpu[d]], f.node[d], d)))
         wl = self.model.workload
-        start, lays = 0, []
-        for g, n in zip(self.groups, self.sizes, strict=True):
-            devices = order[start:start + n]
-            start += n
-            for t in g:
-                fitting = self._fitting(t, devices)
-                if wl.task(t).kind == "generation":
-                    room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
-                        f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
-                    fitting = room or fitting
-                lays.append((t, max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))))
-        return Genotype(self.groups, self.sizes, order, tuple(lays))
+
+        def choose(t: str, devices: tuple[int, ...]) -> Layout:
+            fitting = self._fitting(t, devices)
+            if wl.task(t).kind == "generation":
+                room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
+                    f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
+                fitting = room or fitting
+            return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
+        return self._genotype(order, choose)
 
     def mutate(self, g: Genotype) -> Genotype:
         rng, f = self.rng, self.facts

@@ -312,6 +312,15 @@ class Topology:
     #: Caches of pure functions of this topology, filled by the cost model (key -> dict).
     memo: dict = field(default_factory=dict, repr=False)
 
+    def memoised(self, kind: str, key: Any, compute: Any) -> Any:
+        """``compute()`` once per (kind, key) for this topology (pure functions of it only)."""
+        cache = self.memo.setdefault(kind, {})
+        out = cache.get(key)
+        if out is None:
+            out = compute()
+            cache[key] = out
+        return out
+
     @cached_property
     def latency_rows(self) -> list[list[float]]:
         """``latency_s`` as nested lists: fast scalar look-ups in hot loops."""
