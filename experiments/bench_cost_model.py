@@ -6,10 +6,12 @@ A100s 8-23 (tp 4, pp 2, dp 2).
 
 Three rates:
 - cold: a fresh CostModel per estimate, on a plan never seen before (random data weights per
-  replica), so only cluster-level link facts (collective links, replica hardware) and the
-  workload's length statistics are reused;
+  replica), so only cluster-level link facts (collective links, replica hardware, DP-group and
+  fan-in links of device grids) and workload-level facts (length statistics, stage shapes) are
+  reused;
 - warm-task: new plans whose placements were all seen before: one CostModel, the plan-level memo
-  bypassed (``CostModel._estimate``), every task, memory and sync term hits its cache;
+  bypassed (``CostModel._estimate``), every task, memory (per placement and per task group) and
+  sync term hits its cache;
 - warm-plan: the same plan again (the plan-level memo).
 
 Each rate is also printed as a ratio to a reference loop run in the same process (1e5 dict

@@ -9,7 +9,7 @@ layer with flash attention and sequence parallelism, divided by tp).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from hetrl.spec.model import ModelShape
 
@@ -32,6 +32,17 @@ class StageShape:
     last: bool
     lm_head: bool
     bytes_per_value: int
+
+    def __hash__(self) -> int:  # hashed in every per-replica cache key: compute once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.model, self.layers, self.tp, self.first, self.last, self.lm_head,
+                      self.bytes_per_value))
+            self.__dict__["_hash"] = h
+        return h
+
+    def __getstate__(self) -> dict:  # string hashes differ between processes: drop the cached one
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @cached_property
     def params(self) -> float:
@@ -86,8 +97,11 @@ class StageShape:
         return tokens * self.model.vocab * 2.0 / self.tp
 
 
+@lru_cache(maxsize=4096)
 def stage_shapes(model: ModelShape, layers_per_stage: tuple[int, ...], tp: int, lm_head: bool,
                  bytes_per_value: int) -> tuple[StageShape, ...]:
+    """The stages of one layout (memoised: a pure function of the model, shared by every
+    CostModel, so each stage's derived sizes are computed once)."""
     pp = len(layers_per_stage)
     return tuple(
         StageShape(model, n, tp, j == 0, j == pp - 1, lm_head, bytes_per_value)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -32,8 +32,12 @@ class LengthStats:
 
     def prob_any_alive(self, m: float) -> np.ndarray:
         """P(at least one of m sequences is still decoding at step s) = 1 - P(len < s)^m."""
-        below = 1.0 - self.survival
-        return 1.0 - np.power(below, max(m, 1.0))
+        return 1.0 - np.power(self._below, max(m, 1.0))
+
+    @cached_property
+    def _below(self) -> np.ndarray:
+        """P(len < s) per decode step s."""
+        return 1.0 - self.survival
 
 
 @lru_cache(maxsize=64)

@@ -36,15 +36,23 @@ def task_memory(kind: str, copy: str, shape: StageShape, stage_index: int, pp: i
                 n: float, mbs: int, L: LengthStats, params: CostParams,
                 recompute: bool) -> DeviceMemory:
     """Memory of one tasklet (a stage rank of a replica holding ``n`` sequences)."""
+    return DeviceMemory(copy, *task_memory_bytes(kind, shape, stage_index, pp, dp, n, mbs, L,
+                                                 params, recompute))
+
+
+def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, dp: int, n: float,
+                      mbs: int, L: LengthStats, params: CostParams,
+                      recompute: bool) -> tuple[float, float, float]:
+    """:func:`task_memory` as plain (weight, state, working) bytes (the cost model's hot path)."""
     if kind == "generation":
-        return DeviceMemory(copy, shape.weight_bytes, 0.0, 0.0)
+        return shape.weight_bytes, 0.0, 0.0
     seqs = min(float(mbs), max(n, 1.0))
     tokens = seqs * L.seq_mean
     if kind == "inference":
         act = 16.0 * tokens * shape.model.hidden / shape.tp  # one layer's live tensors
-        return DeviceMemory(copy, shape.weight_bytes, 0.0, act + shape.logits_bytes(tokens))
+        return shape.weight_bytes, 0.0, act + shape.logits_bytes(tokens)
     micro = max(1, math.ceil(n / mbs))
     in_flight = min(pp - stage_index, micro)
     act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
     states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)
-    return DeviceMemory(copy, shape.weight_bytes, states, act + shape.logits_bytes(tokens))
+    return shape.weight_bytes, states, act + shape.logits_bytes(tokens)

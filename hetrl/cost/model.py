@@ -7,6 +7,8 @@ of parameters; :func:`estimate` keeps one per (workload, cluster, params).
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -15,9 +17,15 @@ import numpy as np
 
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
 from hetrl.cost.lengths import LengthStats, length_stats
-from hetrl.cost.memory import task_memory
+from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.primitives import all_gather_time, group_links, hbm_time, reduce_scatter_time
+from hetrl.cost.primitives import (
+    GroupLinks,
+    all_gather_time,
+    group_links,
+    hbm_time,
+    reduce_scatter_time,
+)
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
@@ -28,7 +36,7 @@ from hetrl.cost.tasks import (
     training_replica,
 )
 from hetrl.cost.workflow import iteration_time
-from hetrl.plan import Plan, TaskPlacement, validate
+from hetrl.plan import Grid, Plan, TaskPlacement, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.tasks import REPORTED_TASKS, WEIGHT_SYNC
 from hetrl.spec.workload import WorkloadSpec
@@ -36,6 +44,8 @@ from hetrl.spec.workload import WorkloadSpec
 #: Bytes per token moved from generation to an inference task (token ids, int32) and to a
 #: training task (ids + old log-probs, reference log-probs, advantages, returns: 4 x fp32).
 DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
+
+_ZERO_PARTS = dict.fromkeys(PARTS, 0.0)
 
 
 @dataclass(frozen=True)
@@ -78,12 +88,44 @@ class Estimate:
 
 @dataclass(frozen=True, eq=False)
 class _PlacementMemory:
+    """Bytes per device of one placement, over all devices of the cluster (0 where unused).
+    """
+
     copy: str
     weights: np.ndarray  # bytes per device (0 where unused)
     states: np.ndarray
     working: np.ndarray
     devices: np.ndarray
     kv_per_seq: np.ndarray  # generation: KV bytes of an average sequence per device
+    mask: np.ndarray  # True on the placement's devices
+    device_set: frozenset[int]
+
+
+@dataclass(frozen=True, eq=False)
+class _PlanMemory:
+    """The memory per device of a plan or of one of its task groups (bytes, arrays over all
+    devices): ``copies`` the weights of each model copy (added in the order of ``copy_names``),
+    ``resident`` their sum plus the trained states, ``working`` the largest working set, ``used``
+    the devices the placements use."""
+
+    copies: dict[str, np.ndarray]
+    copy_names: tuple[str, ...]
+    states: np.ndarray
+    working: np.ndarray
+    used: np.ndarray
+    resident: np.ndarray
+    placements: list[_PlacementMemory]
+
+
+@dataclass(frozen=True, eq=False)
+class _GroupResult:
+    """One task group's memory answer: its devices, (device, message) memory violations, (device,
+    peak GB) in device order, and the generation task's result if the group holds it."""
+
+    device_set: frozenset[int]
+    violations: list[tuple[int, str]]
+    peak: list[tuple[int, float]]
+    generation: _TaskResult | None
 
 
 @dataclass(frozen=True)
@@ -113,10 +155,16 @@ class CostModel:
         self._plans: dict[Any, Estimate] = {}
         self._sync: dict[Any, float] = {}
         self._mem_bytes = cluster.topology.memory_bytes * params.usable_memory_fraction
+        #: per task: (kind, role, model copy name); the workflow's stages as task names
+        self._info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
+        self._stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
+        self._copy_groups: dict[Any, Any] = {}
+        self._groups: dict[Any, _GroupResult] = {}
 
     # --- building blocks (memoised) ---
     def shapes(self, task: str, p: TaskPlacement) -> tuple[StageShape, ...]:
-        role = self.workload.task(task).role
+        info = self._info.get(task)
+        role = info[1] if info is not None else self.workload.task(task).role
         key = (role, p.layers_per_stage, p.tp)
         out = self._shapes.get(key)
         if out is None:
@@ -143,28 +191,27 @@ class CostModel:
         out = self._memory.get(p)
         if out is not None:
             return out
-        wl, kind = self.workload, self.workload.task(p.task).kind
+        wl = self.workload
+        kind, _, copy = self._info[p.task]
         shapes = self.shapes(p.task, p)
         mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
-        n_dev = self.cluster.num_devices
-        per_slot: list[tuple[float, float, float, float]] = []  # one per (replica, stage)
-        seen: dict[tuple[int, float], tuple[float, float, float, float]] = {}
+        kv_seq = [shape.kv_bytes_per_token * self.L.seq_mean for shape in shapes]
+        per_slot: list[tuple[float, float, float, float, float]] = []  # one per (replica, stage)
+        seen: dict[float, list[tuple[float, float, float, float, float]]] = {}
         for share in p.data_shares:
-            for j, shape in enumerate(shapes):
-                row = seen.get((j, share))
-                if row is None:
-                    mem = task_memory(kind, self._copy_name(p.task), shape, j, p.pp, p.dp,
-                                      n_total * share, mbs, self.L, self.params, wl.recompute)
-                    row = (mem.weight_bytes, mem.state_bytes, mem.working_bytes,
-                           shape.kv_bytes_per_token * self.L.seq_mean)
-                    seen[(j, share)] = row
-                per_slot.append(row)
+            rows = seen.get(share)
+            if rows is None:
+                rows = [(*task_memory_bytes(kind, shape, j, p.pp, p.dp, n_total * share, mbs,
+                                            self.L, self.params, wl.recompute), kv_seq[j], 1.0)
+                        for j, shape in enumerate(shapes)]
+                seen[share] = rows
+            per_slot += rows
         flat = np.array(p.device_ids)
-        values = np.repeat(np.array(per_slot), p.tp, axis=0)  # (devices, 4)
-        weights, states, working, kv_per_seq = (np.zeros(n_dev) for _ in range(4))
-        weights[flat], states[flat], working[flat], kv_per_seq[flat] = values.T
-        out = _PlacementMemory(self._copy_name(p.task), weights, states, working, flat, kv_per_seq)
+        dense = np.zeros((5, self.cluster.num_devices))
+        dense[:, flat] = np.repeat(np.array(per_slot), p.tp, axis=0).T
+        out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3], dense[4] > 0,
+                               frozenset(p.device_ids))
         self._memory[p] = out
         return out
 
@@ -227,22 +274,57 @@ class CostModel:
             out.append(rc.seconds)
         return out
 
+    def _memory_of(self, placements: tuple[TaskPlacement, ...],
+                   copies: tuple[str, ...]) -> _PlanMemory:
+        """Per device: the resident bytes (the weights of each model copy, counted once per
+        copy, plus trained states), the largest working set, and which devices ``placements``
+        use. ``copies``: the copy names in the order their weights are added (the plan's order
+        of first use, so that a group of a plan adds in the same order as the whole plan)."""
+        mems = [self.placement_memory(p) for p in placements]
+        by_copy: dict[str, np.ndarray] = {}
+        states = working = used = None
+        for m in mems:
+            prev = by_copy.get(m.copy)
+            by_copy[m.copy] = m.weights if prev is None else np.maximum(prev, m.weights)
+            if states is None:
+                states, working, used = m.states, m.working, m.mask
+            else:
+                states = states + m.states
+                working = np.maximum(working, m.working)
+                used = used | m.mask
+        assert states is not None and working is not None and used is not None
+        resident = sum(by_copy[c] for c in copies) + states
+        return _PlanMemory(by_copy, copies, states, working, used, resident, mems)
+
+    def _plan_memory(self, plan: Plan) -> _PlanMemory:
+        return self._memory_of(plan.placements, self._structure(plan)[0])
+
+    def _structure(self, plan: Plan) -> tuple[tuple[str, ...], list[tuple[list[int],
+                                                                           tuple[str, ...]]]]:
+        """The plan's model copies in order of first use, and per task group the indices of its
+        placements (in plan order) and its copies in that order (memoised per task layout)."""
+        tasks = tuple(p.task for p in plan.placements)
+        key = (tasks, tuple(g.tasks for g in plan.groups))
+        out = self._copy_groups.get(key)
+        if out is None:
+            copies = tuple(dict.fromkeys(self._info[t][2] for t in tasks))
+            groups = []
+            for g in plan.groups:
+                idx = [i for i, t in enumerate(tasks) if t in g.tasks]
+                mine = {self._info[tasks[i]][2] for i in idx}
+                groups.append((idx, tuple(c for c in copies if c in mine)))
+            if sorted(i for idx, _ in groups for i in idx) != list(range(len(tasks))):
+                groups = [(list(range(len(tasks))), copies)]  # not a partition: one group
+            out = (copies, groups)
+            self._copy_groups[key] = out
+        return out
+
     def _memory_layers(self, plan: Plan) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
                                                    np.ndarray]:
         """Per device: weights of each model copy, trained states, the largest working set, and
         which devices the plan uses (bytes; arrays over all devices)."""
-        copies: dict[str, np.ndarray] = {}
-        states = working = None
-        used = np.zeros(self.cluster.num_devices, dtype=bool)
-        for p in plan.placements:
-            m = self.placement_memory(p)
-            prev = copies.get(m.copy)
-            copies[m.copy] = m.weights if prev is None else np.maximum(prev, m.weights)
-            states = m.states if states is None else states + m.states
-            working = m.working if working is None else np.maximum(working, m.working)
-            used[m.devices] = True
-        assert states is not None and working is not None
-        return copies, states, working, used
+        m = self._plan_memory(plan)
+        return {c: m.copies[c] for c in m.copy_names}, m.states, m.working, m.used
 
     def _kv_budget(self, resident: np.ndarray, working: np.ndarray) -> np.ndarray:
         kv_budget = self._mem_bytes - resident
@@ -253,8 +335,8 @@ class CostModel:
 
     def kv_budgets(self, plan: Plan) -> np.ndarray:
         """Bytes each device can give the generation engine's KV cache under ``plan``."""
-        copies, states, working, _ = self._memory_layers(plan)
-        return self._kv_budget(sum(copies.values()) + states, working)
+        m = self._plan_memory(plan)
+        return self._kv_budget(m.resident, m.working)
 
     def task_alone(self, p: TaskPlacement) -> tuple[float, np.ndarray]:
         """A task's seconds when it runs alone on its devices (generation: its KV cache gets the
@@ -282,16 +364,22 @@ class CostModel:
         return out
 
     def _forward_task(self, p: TaskPlacement, gen: TaskPlacement) -> _TaskResult:
+        """An inference or training task, with its input transfer from generation."""
+        key = (p, gen)
+        out = self._tasks.get(key)
+        if out is not None:
+            return out
         out = self._tasks.get(p)
         if out is None:
             out = self._forward_task_compute(p)
             self._tasks[p] = out
-        data_s = self._data_transfer(gen, p, self.workload.task(p.task).kind)
-        if data_s == 0.0:
-            return out
-        parts = dict(out.parts)
-        parts["data"] += data_s
-        return _TaskResult(out.seconds + data_s, parts, out.violations)
+        data_s = self._data_transfer(gen, p, self._info[p.task][0])
+        if data_s != 0.0:
+            parts = dict(out.parts)
+            parts["data"] += data_s
+            out = _TaskResult(out.seconds + data_s, parts, out.violations)
+        self._tasks[key] = out
+        return out
 
     def _forward_task_compute(self, p: TaskPlacement) -> _TaskResult:
         wl = self.workload
@@ -332,60 +420,43 @@ class CostModel:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the
         sharded Adam step, per optimizer step (seconds)."""
         key = ("dp", p.task, p.devices, p.layers_per_stage)
-        if key in self._tasklevel:
-            return self._tasklevel[key], self._tasklevel[key + ("opt",)]
-        params, topo = self.params, self.cluster.topology
-        grid = np.array(p.devices)  # (dp, pp, tp)
-        dp_s = opt_s = 0.0
-        # All DP groups (one per stage and tp rank) reduce at once: a node's uplink is shared by
-        # every group whose ring leaves the node.
-        groups = [(j, k, tuple(grid[:, j, k].tolist())) for j in range(p.pp) for k in range(p.tp)]
-        crossing = np.zeros(len(self.cluster.nodes))
-        for _, _, members in groups:
-            nodes = {int(topo.node_of[d]) for d in members}
-            if len(nodes) > 1:
-                crossing[list(nodes)] += 1
-        for j, shape in enumerate(shapes):
-            stage = grid[:, j, :]
-            hbm = topo.hbm_Bps[stage].min()
-            gpu = self.cluster.devices[int(stage[0, 0])].gpu.name
+        out = self._tasklevel.get(key)
+        if out is not None:
+            return out
+        params = self.params
+        stages, groups = dp_links(self.cluster, p.devices)
+        opt_s = 0.0
+        for shape, (hbm, gpu) in zip(shapes, stages, strict=False):
             opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / p.dp,
-                                        float(hbm), params.efficiency(gpu, "hbm")))
+                                        hbm, params.efficiency(gpu, "hbm")))
+        dp_s = 0.0
         if p.dp > 1:
-            for j, _k, members in groups:
+            for j, gpu, g in groups:
                 shape = shapes[j]
-                gpu = self.cluster.devices[members[0]].gpu.name
                 eff = params.efficiency(gpu, "link")
-                g = group_links(self.cluster, members)
-                if g.nodes > 1:
-                    nodes = list({int(topo.node_of[d]) for d in members})
-                    share = float((topo.uplink_Bps[nodes] / crossing[nodes]).min())
-                    g = replace(g, ring_Bps=min(g.ring_Bps, share),
-                                inter_Bps=min(g.inter_Bps, share / max(g.per_node, 1)))
                 t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
                      + all_gather_time(shape.params * self.workload.bytes_per_value, g, eff))
                 dp_s = max(dp_s, t)
-        self._tasklevel[key] = dp_s
-        self._tasklevel[key + ("opt",)] = opt_s
-        return dp_s, opt_s
+        out = (dp_s, opt_s)
+        self._tasklevel[key] = out
+        return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
         """Rollout data from the generation replicas to each replica of ``p`` (seconds)."""
         key = ("data", gen, p)
-        if key in self._tasklevel:
-            return self._tasklevel[key]
+        out = self._tasklevel.get(key)
+        if out is not None:
+            return out
         src = tuple(r[0][0] for r in gen.devices)
         dst = tuple(r[0][0] for r in p.devices)
-        topo = self.cluster.topology
+        links = fan_in_links(self.cluster, src, dst)
         worst = 0.0
         eff = self.params.efficiency(self.cluster.devices[dst[0]].gpu.name, "link")
-        for share, d in zip(p.data_shares, dst, strict=True):
-            others = [s for s in src if s != d]
-            if not others:
+        for share, link in zip(p.data_shares, links, strict=True):
+            if link is None:
                 continue
+            lat, bw = link
             nbytes = self.workload.samples * share * self.L.seq_mean * DATA_BYTES_PER_TOKEN[kind]
-            lat = max(float(topo.latency_s[s, d]) for s in others)
-            bw = min(float(topo.bandwidth_Bps[s, d]) for s in others)
             worst = max(worst, lat + nbytes / (bw * eff))
         self._tasklevel[key] = worst
         return worst
@@ -417,50 +488,151 @@ class CostModel:
     def _estimate(self, plan: Plan) -> Estimate:
         wl = self.workload
         placements = {p.task: p for p in plan.placements}
-        copies, states, working, used = self._memory_layers(plan)
-        resident = sum(copies.values()) + states
-        need = resident + working
-        kv_budget = self._kv_budget(resident, working)
-        violations: list[str] = []
-        for d in np.nonzero(used & (need > self._mem_bytes))[0].tolist():
-            gpu = self.cluster.devices[d].gpu
-            w = sum(float(c[d]) for c in copies.values())
-            violations.append(
-                f"device {d} ({gpu.name}): needs {need[d] / 1e9:.1f} GB (weights {w / 1e9:.1f}, "
-                f"grads+optimizer {states[d] / 1e9:.1f}, working {working[d] / 1e9:.1f}) > usable "
-                f"{self._mem_bytes[d] / 1e9:.1f} GB of {gpu.memory_gb:g} GB")
-        # Tasks.
         gen = placements["actor_generation"]
-        results: dict[str, _TaskResult] = {"actor_generation": self._generation(gen, kv_budget)}
+        groups = self._group_results(plan)
+        # Memory violations in device order, then the tasks' own.
+        violations: list[str] = []
+        if any(g.violations for g in groups):
+            violations += [msg for _, msg in sorted(itertools.chain.from_iterable(
+                g.violations for g in groups))]
+        gen_result = next(g.generation for g in groups if g.generation is not None)
+        results: dict[str, _TaskResult] = {"actor_generation": gen_result}
         for p in plan.placements:
             if p.task != "actor_generation":
                 results[p.task] = self._forward_task(p, gen)
         for r in results.values():
-            violations.extend(r.violations)
-        concurrency = results["actor_generation"].concurrency
-        gm = self.placement_memory(gen)
-        kv_used = np.minimum(np.maximum(kv_budget, 0.0), concurrency * gm.kv_per_seq)
-        peak_bytes = np.maximum(need, resident + kv_used)
-        ids = np.nonzero(used)[0]
-        peak = dict(zip(ids.tolist(), (peak_bytes[ids] / 1e9).tolist(), strict=True))
+            if r.violations:
+                violations.extend(r.violations)
+        if len(groups) == 1:
+            peak = dict(groups[0].peak)
+        else:
+            peak = dict(sorted(itertools.chain.from_iterable(g.peak for g in groups)))
         sync_s = self._weight_sync(gen, placements["actor_training"])
         seconds = {t: r.seconds for t, r in results.items()}
-        devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
-        stages = [[t.name for t in wl.tasks if t.stage == s] for s in (0, 1, 2)]
-        it, chain = iteration_time(stages, seconds, devices, sync_s, wl.mode, wl.staleness,
+        memory = self._memory
+        devices = {p.task: memory[p].device_set for p in plan.placements}
+        it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
                                    self.params.eta)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
         tasks[WEIGHT_SYNC] = sync_s
         parts = {t: r.parts for t, r in results.items()}
-        parts[WEIGHT_SYNC] = {**dict.fromkeys(PARTS, 0.0), "data": sync_s}
-        if not np.isfinite(it) or it <= 0:
+        parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": sync_s}
+        if not math.isfinite(it) or it <= 0:
             raise ValueError(f"cost model produced a non-finite iteration time {it!r}")
         return Estimate(
             iteration_s=float(it), tasks=tasks, parts=parts, peak_memory_gb=peak,
             feasible=not violations, violations=tuple(violations),
             samples_per_iteration=wl.samples, tokens_per_iteration=wl.samples * self.L.seq_mean,
-            chain_s=float(chain), generation_concurrency=concurrency,
+            chain_s=float(chain), generation_concurrency=gen_result.concurrency,
         )
+
+    def _group_results(self, plan: Plan) -> list[_GroupResult]:
+        """The memory (and generation) results of each task group of ``plan``. Groups use
+        disjoint devices, so a device's memory depends on its group's placements only; if they
+        overlap (a plan that was not validated), the whole plan is one group."""
+        copies, structure = self._structure(plan)
+        pl = plan.placements
+        out = [self._group(tuple([pl[i] for i in idx]), names) for idx, names in structure]
+        if len(out) > 1:
+            sets = [g.device_set for g in out]
+            if sum(map(len, sets)) != len(frozenset().union(*sets)):
+                out = [self._group(pl, copies)]
+        return out
+
+    def _group(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]) -> _GroupResult:
+        """Memory of one task group's devices: violations, peak GB and, when the group holds the
+        generation task, its result under the KV budget the group leaves (memoised)."""
+        key = (placements, copies)
+        out = self._groups.get(key)
+        if out is not None:
+            return out
+        mem = self._memory_of(placements, copies)
+        resident, working, used = mem.resident, mem.working, mem.used
+        need = resident + working
+        kv_budget = self._kv_budget(resident, working)
+        over = np.nonzero(used & (need > self._mem_bytes))[0].tolist()
+        violations = list(zip(over, self._memory_violations(mem, need, over), strict=True))
+        generation = None
+        peak_bytes = need
+        for p, m in zip(placements, mem.placements, strict=True):
+            if p.task == "actor_generation":
+                generation = self._generation(p, kv_budget)
+                kv_used = np.minimum(np.maximum(kv_budget, 0.0),
+                                     generation.concurrency * m.kv_per_seq)
+                peak_bytes = np.maximum(need, resident + kv_used)
+        ids = np.nonzero(used)[0]
+        peak = list(zip(ids.tolist(), (peak_bytes[ids] / 1e9).tolist(), strict=True))
+        out = _GroupResult(frozenset().union(*(m.device_set for m in mem.placements)), violations,
+                           peak, generation)
+        self._groups[key] = out
+        return out
+
+    def _memory_violations(self, mem: _PlanMemory, need: np.ndarray,
+                           devices: list[int]) -> list[str]:
+        """One message per device of ``devices`` whose bytes exceed its usable memory."""
+        out = []
+        for d in devices:
+            gpu = self.cluster.devices[d].gpu
+            w = sum(float(mem.copies[c][d]) for c in mem.copy_names)
+            out.append(
+                f"device {d} ({gpu.name}): needs {need[d] / 1e9:.1f} GB (weights {w / 1e9:.1f}, "
+                f"grads+optimizer {mem.states[d] / 1e9:.1f}, working {mem.working[d] / 1e9:.1f}) "
+                f"> usable {self._mem_bytes[d] / 1e9:.1f} GB of {gpu.memory_gb:g} GB")
+        return out
+
+
+def dp_links(cluster: ClusterSpec, grid: Grid) -> tuple[list[tuple[float, str]],
+                                                          list[tuple[int, str, GroupLinks]]]:
+    """Hardware facts of a (dp, pp, tp) device grid for gradient sync and the optimizer step:
+    per stage the smallest HBM bandwidth (bytes/s) and the GPU type of its first device; per DP
+    group (one per stage and tp rank) its stage, GPU type and links, where a node's uplink is
+    shared by every group whose ring leaves the node (all reduce at once). Memoised per cluster:
+    a pure function of the grid."""
+    return cluster.topology.memoised("dp_links", grid, lambda: _dp_links(cluster, grid))
+
+
+def _dp_links(cluster: ClusterSpec, grid_ids: Grid) -> tuple[list[tuple[float, str]],
+                                                           list[tuple[int, str, GroupLinks]]]:
+    topo = cluster.topology
+    grid = np.array(grid_ids)  # (dp, pp, tp)
+    dp, pp, tp = grid.shape
+    stages = [(float(topo.hbm_Bps[grid[:, j, :]].min()),
+               cluster.devices[int(grid[0, j, 0])].gpu.name) for j in range(pp)]
+    members_of = [(j, tuple(grid[:, j, k].tolist())) for j in range(pp) for k in range(tp)]
+    crossing = np.zeros(len(cluster.nodes))
+    for _, members in members_of:
+        nodes = {int(topo.node_of[d]) for d in members}
+        if len(nodes) > 1:
+            crossing[list(nodes)] += 1
+    groups = []
+    if dp > 1:
+        for j, members in members_of:
+            g = group_links(cluster, members)
+            if g.nodes > 1:
+                nodes = list({int(topo.node_of[d]) for d in members})
+                share = float((topo.uplink_Bps[nodes] / crossing[nodes]).min())
+                g = replace(g, ring_Bps=min(g.ring_Bps, share),
+                            inter_Bps=min(g.inter_Bps, share / max(g.per_node, 1)))
+            groups.append((j, cluster.devices[members[0]].gpu.name, g))
+    return stages, groups
+
+
+def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],
+                 dst: tuple[int, ...]) -> list[tuple[float, float] | None]:
+    """Per device of ``dst``: the slowest latency (s) and narrowest bandwidth (bytes/s) from the
+    devices of ``src`` other than itself (None if there are none). Memoised per cluster."""
+    return cluster.topology.memoised("fan_in", (src, dst), lambda: _fan_in_links(cluster, src, dst))
+
+
+def _fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],
+                  dst: tuple[int, ...]) -> list[tuple[float, float] | None]:
+    lat, bw = cluster.topology.latency_rows, cluster.topology.bandwidth_rows
+    out: list[tuple[float, float] | None] = []
+    for d in dst:
+        others = [s for s in src if s != d]
+        out.append((max(lat[s][d] for s in others), min(bw[s][d] for s in others))
+                   if others else None)
+    return out
 
 
 @lru_cache(maxsize=32)

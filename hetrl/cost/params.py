@@ -86,9 +86,27 @@ class CostParams:
         return ({(g, k): v for g, k, v in self.per_gpu}, {**KERNEL_KINDS, **dict(self.defaults)})
 
     def efficiency(self, gpu: str, kind: str) -> float:
-        """Achieved / peak of kernel ``kind`` on GPU type ``gpu``."""
-        per, default = self._table
-        return per.get((gpu, kind)) or default[kind]
+        """Achieved / peak of kernel ``kind`` on GPU type ``gpu`` (memoised per pair)."""
+        try:
+            return self._memo[gpu, kind]
+        except KeyError:
+            per, default = self._table
+            value = self._memo[gpu, kind] = per.get((gpu, kind)) or default[kind]
+            return value
+
+    @cached_property
+    def _memo(self) -> dict[tuple[str, str], float]:
+        return {}
+
+    def __hash__(self) -> int:  # hashed in the cost model's cache keys: compute once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            self.__dict__["_hash"] = h
+        return h
+
+    def __getstate__(self) -> dict:  # string hashes differ between processes: drop the cached one
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_memo")}
 
     def with_efficiency(self, gpu: str | None, kind: str, value: float) -> CostParams:
         """A copy with one factor set (``gpu`` None sets the default of ``kind``)."""

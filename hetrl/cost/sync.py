@@ -69,19 +69,21 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     # Each destination pulls from a quickest source; among sources within 1% of the quickest,
     # the least loaded so far (pulls spread over the training devices).
     best = np.argmin(pull, axis=0)
-    near_count = (pull <= pull.min(axis=0) * 1.01).sum(axis=0)
+    near = pull <= pull.min(axis=0) * 1.01
+    near_count = near.sum(axis=0)
     if (near_count > 1).any():  # ties: spread greedily (plain lists: this loop is hot)
         sent = [0.0] * src.size
-        cols = pull.T.tolist()
         sizes = nbytes.tolist()
-        for k, col in enumerate(cols):
-            if near_count[k] == 1:
-                sent[best[k]] += sizes[k]
-                continue
-            limit = min(col) * 1.01
-            choice = min((i for i, v in enumerate(col) if v <= limit), key=sent.__getitem__)
-            best[k] = choice
+        cols, rows = np.nonzero(near.T)  # the near sources of each destination, in source order
+        cands: list[list[int]] = [[] for _ in range(dst.size)]
+        for k, i in zip(cols.tolist(), rows.tolist(), strict=True):
+            cands[k].append(i)
+        choices = best.tolist()
+        for k, near_k in enumerate(cands):
+            choice = choices[k] if len(near_k) == 1 else min(near_k, key=sent.__getitem__)
+            choices[k] = choice
             sent[choice] += sizes[k]
+        best = np.array(choices)
     cols = np.arange(dst.size)
     worst = float(pull[best, cols].max())
     sdev = src[best]
