@@ -148,7 +148,8 @@ def _load_command_modules() -> None:
     """Commands defined in other modules register themselves on import."""
     import importlib
 
-    for module in ("hetrl.cli_cost", "hetrl.cli_search", "hetrl.cli_sim"):
+    for module in ("hetrl.cli_cost", "hetrl.cli_search", "hetrl.cli_sim", "hetrl.cli_run",
+                   "hetrl.cli_real"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

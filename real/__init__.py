@@ -1,5 +1,9 @@
-"""real: executing plans on Ray (torch on CPU, vLLM + Megatron-core on GPUs).
+"""real: execute plans for real on Ray and calibrate the cost model from the traces.
 
-Not implemented yet (tracked by its own issue); the package exists so the project layout is the
-one the design fixes. Importing it does nothing.
+One Ray actor per planned device (``real.worker``), pinned to its GPU type by a placement group
+(``real.placement``); the RL loop is driven by ``real.runner`` (PPO and GRPO, sync and async);
+``real.network`` emulates the cluster's latency and bandwidth on one machine; ``real.engines``
+holds the torch engines (CPU or CUDA) behind small interfaces; ``real.profile`` and
+``real.calibrate`` close the loop with the cost model. Heavy imports (torch, transformers, Ray)
+happen inside these modules, never on ``import real``. See docs/real.md.
 """

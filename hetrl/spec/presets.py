@@ -125,6 +125,49 @@ WORKLOAD_PRESETS: dict[str, tuple[str, Callable[[], WorkloadSpec]]] = {
 }
 
 
+#: Lengths of the tiny jobs of the real backend's CPU path: prompts are the shipped GSM8K-style
+#: problems under the byte tokenizer (one token per byte, ~100-200 per question); responses are
+#: cut at 16 tokens (a randomly initialised model rarely emits EOS, so nearly all reach it).
+TINY_PROMPT_LENGTH = LengthDist(mean=150, max=320, min=60, std=40)
+TINY_RESPONSE_LENGTH = LengthDist(mean=16, max=16, min=16, kind="fixed")
+
+
+def tiny_workload(algorithm: str, mode: str) -> WorkloadSpec:
+    """A job the CPU path of ``real/`` runs in seconds: tiny-qwen3, 8 prompts x 4 responses."""
+    model = model_preset("tiny-qwen3")
+    roles = ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
+        "actor", "reference", "reward")
+    return WorkloadSpec(
+        name=f"tiny-{algorithm}-{mode}", algorithm=algorithm, mode=mode,
+        staleness=1 if mode == "async" else 0, models=tuple((r, model) for r in roles),
+        batch_prompts=8, responses_per_prompt=4, prompt_length=TINY_PROMPT_LENGTH,
+        response_length=TINY_RESPONSE_LENGTH, micro_batch_size=8, inference_micro_batch_size=16)
+
+
+WORKLOAD_PRESETS.update({
+    f"tiny-{alg}-{mode}": (f"tiny-qwen3 {alg.upper()} {mode}, 8 prompts x 4 responses, 16 new "
+                           "tokens (the real backend's CPU path)",
+                           (lambda alg=alg, mode=mode: tiny_workload(alg, mode)))
+    for alg in ("ppo", "grpo") for mode in ("sync", "async")
+})
+
+
+def _tiny4(name: str, regions: tuple[str, str]) -> Callable[[], ClusterSpec]:
+    """2 A100 + 2 L4 in two nodes, in ``regions``: plans the CPU path runs under emulation."""
+    return lambda: ClusterSpec(name, (NodeSpec("n0-A100-80GB", "A100-80GB", 2, regions[0]),
+                                      NodeSpec("n1-L4", "L4", 2, regions[1])),
+                               region_links=tuple(aws_region_links(tuple(sorted(set(regions))))))
+
+
+CLUSTER_PRESETS.update({
+    "tiny4-single-region": ("2 A100-80GB + 2 L4 in us-east-1 (the real backend's CPU tests)",
+                            _tiny4("tiny4-single-region", ("us-east-1", "us-east-1"))),
+    "tiny4-two-region": ("2 A100-80GB (us-east-1) + 2 L4 (eu-west-1), the same devices as "
+                         "tiny4-single-region across the Atlantic",
+                         _tiny4("tiny4-two-region", ("us-east-1", "eu-west-1"))),
+})
+
+
 def cluster_preset(name: str) -> ClusterSpec:
     if name not in CLUSTER_PRESETS:
         raise SpecError("cluster", name, f"unknown preset; known: {', '.join(CLUSTER_PRESETS)}")

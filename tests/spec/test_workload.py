@@ -19,8 +19,16 @@ PRESET_NAMES = [f"qwen3-{size}-{alg}-{mode}" for size in ("4b", "8b", "14b")
 
 
 def test_exactly_the_twelve_paper_presets():
-    assert sorted(WORKLOAD_PRESETS) == sorted(PRESET_NAMES)
+    paper = [n for n in WORKLOAD_PRESETS if n.startswith("qwen3-")]
+    assert sorted(paper) == sorted(PRESET_NAMES)
     assert len(PRESET_NAMES) == 12
+
+
+def test_tiny_presets_are_the_real_backends_cpu_jobs():
+    for name in ("tiny-ppo-sync", "tiny-ppo-async", "tiny-grpo-sync", "tiny-grpo-async"):
+        w = workload_preset(name)
+        assert w.model("actor").name == "tiny-qwen3" and w.model("actor").params < 1_000_000
+        assert w.samples == 32 and w.response_length.max == 16
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)

@@ -1,0 +1,91 @@
+"""``hetrl run``: execute a plan for real on Ray (torch on CPU or CUDA) and report its timing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hetrl.cli import command, emit
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", required=True,
+                   help="workload preset or YAML/JSON (CPU: a tiny model, e.g. tiny-grpo-sync)")
+    p.add_argument("--cluster", "-c", required=True,
+                   help="cluster preset or YAML/JSON: its GPU types become emulated Ray resources "
+                        "and its topology the emulated network")
+    p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+    p.add_argument("--iterations", "-n", type=int, default=2, help="RL iterations to run")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, sampling and model init")
+    p.add_argument("--reward", default="math", help="rule reward: math (answer checker) or "
+                   "target-byte (trivially learnable)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate of actor and critic")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="torch device")
+    p.add_argument("--no-network-emulation", action="store_true",
+                   help="do not delay transfers by the cluster's latency and bandwidth")
+    p.add_argument("--no-speed-emulation", action="store_true",
+                   help="do not stretch slower GPU types' compute by their peak ratio")
+    p.add_argument("--checkpoint-dir", help="write a checkpoint after every iteration here")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --checkpoint-dir")
+    p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
+                   help="fault injection: that device's worker dies at the start of that task")
+    p.add_argument("--trace", help="write the trace in hetrl's schema (input of hetrl calibrate)")
+    p.add_argument("--chrome-trace", help="write the trace as Chrome trace JSON (Perfetto)")
+    p.add_argument("--params", help="cost-model parameters YAML for the estimate it is compared to")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _kill_at(value: str | None) -> tuple[str, int, int] | None:
+    from hetrl.errors import SpecError
+
+    if value is None:
+        return None
+    parts = value.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise SpecError("--kill-at", value, "must be TASK:ITERATION:DEVICE, e.g. actor_training:1:2")
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+@command("run", "execute a plan for real on Ray and print per-iteration and per-task seconds",
+         _run_args)
+def cmd_run(args: argparse.Namespace) -> int:
+    from hetrl.cli_cost import load_params
+    from hetrl.io import load_cluster, load_plan, load_workload, write_text_atomic
+    from real.report import run_report
+
+    workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
+    params = load_params(args.params)
+    try:
+        from real.runner import RunConfig, run_plan
+    except ModuleNotFoundError as exc:
+        from hetrl.errors import HetrlError
+
+        raise HetrlError(f"the real backend needs {exc.name}: pip install -e '.[real]'") from None
+    config = RunConfig(iterations=args.iterations, seed=args.seed, reward=args.reward, lr=args.lr,
+                       device=args.device, emulate_network=not args.no_network_emulation,
+                       emulate_speed=not args.no_speed_emulation,
+                       checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                       kill_at=_kill_at(args.kill_at),
+                       progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
+    result = run_plan(workload, cluster, plan, config)
+    if args.trace:
+        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()))
+    if args.chrome_trace:
+        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()))
+    report = run_report(result, workload, cluster, plan, params)
+    report["trace"] = args.trace
+    lines = [f"{workload.name} on {cluster.name}: {len(report['iterations'])} iteration(s), "
+             f"{report['iteration_s']:.3f} s per iteration measured, "
+             f"{report['estimate']['iteration_s']:.3f} s estimated "
+             f"(error {report['estimate_error']:+.1%})"]
+    for row in report["iterations"]:
+        lines.append(f"  iteration {row['iteration']}: {row['seconds']:.3f} s, "
+                     f"mean reward {row['mean_reward']:.3f}")
+    lines.append(f"  {'task':<22}{'measured s':>12}{'estimate s':>12}")
+    for task, s in report["tasks"].items():
+        lines.append(f"  {task:<22}{s:>12.3f}{report['estimate']['tasks'].get(task, 0.0):>12.3f}")
+    lines.append(f"  weight syncs verified: {report['weights_verified']}")
+    emit(args, report, "\n".join(lines))
+    return 0

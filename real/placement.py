@@ -1,0 +1,96 @@
+"""From a Plan to workers: which tasklets each device runs, and Ray placement groups that pin
+every device's worker to a bundle of its GPU type.
+
+A tasklet is one (replica, stage) of a task; its tp ranks are the devices of ``devices``. The
+torch backend runs tp = 1 only (tensor parallelism is megatron-core's job on GPUs), and pipeline
+stages across workers for training tasks; generation and inference run a whole replica on one
+device (pp = 1). Tasks of one task group share their devices' workers, as in verl.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hetrl.errors import SpecError
+from hetrl.plan import Plan
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+from real.ray_env import accelerator_resource
+
+
+@dataclass(frozen=True)
+class Tasklet:
+    """One replica-stage of a task on one device; ``layers`` = [first, last) of the model."""
+
+    task: str
+    role: str
+    kind: str
+    replica: int
+    stage: int
+    stages: int
+    device: int
+    layers: tuple[int, int]
+    boundaries: tuple[int, ...]  # stage boundaries over the model's layers, len stages + 1
+
+
+def check_supported(plan: Plan, workload: WorkloadSpec) -> None:
+    """Raise a SpecError naming the placement if the torch backend cannot run it."""
+    for p in plan.placements:
+        kind = workload.task(p.task).kind
+        if p.tp != 1:
+            raise SpecError(f"placements[{p.task}].tp", p.tp,
+                            "the torch backend runs tp = 1 only (tensor parallelism runs on GPUs "
+                            "with megatron-core); use dp or pp for this task")
+        if p.pp != 1 and kind != "training":
+            raise SpecError(f"placements[{p.task}].pp", p.pp,
+                            f"the torch backend pipelines training tasks only; {p.task} is a "
+                            f"{kind} task: use pp = 1")
+
+
+def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
+    """Every tasklet of ``plan``, task by task, replica-major."""
+    out = []
+    for p in plan.placements:
+        info = workload.task(p.task)
+        bounds = [0]
+        for n in p.layers_per_stage:
+            bounds.append(bounds[-1] + n)
+        for r, replica in enumerate(p.devices):
+            for s, stage in enumerate(replica):
+                out.append(Tasklet(p.task, info.role, info.kind, r, s, p.pp, stage[0],
+                                   (bounds[s], bounds[s + 1]), tuple(bounds)))
+    return tuple(out)
+
+
+def by_device(items: tuple[Tasklet, ...]) -> dict[int, tuple[Tasklet, ...]]:
+    """Tasklets per device, in plan order."""
+    out: dict[int, list[Tasklet]] = {}
+    for t in items:
+        out.setdefault(t.device, []).append(t)
+    return {d: tuple(ts) for d, ts in sorted(out.items())}
+
+
+def device_bundles(devices: tuple[int, ...], cluster: ClusterSpec,
+                   gpu: bool = False) -> list[dict[str, float]]:
+    """One Ray bundle per device pinning its GPU type. On CPU the emulated resource counts one unit
+    per device; on GPUs a bundle takes one real GPU and a sliver of the node's type marker."""
+    bundles = []
+    for d in devices:
+        res = accelerator_resource(cluster.device(d).gpu.name)
+        bundles.append({"GPU": 1.0, res: 0.001} if gpu else {res: 1.0})
+    return bundles
+
+
+def emulated_resources(devices: tuple[int, ...], cluster: ClusterSpec) -> dict[str, float]:
+    """Custom resources a local Ray needs to host ``devices``: one unit per device of each type."""
+    out: dict[str, float] = {}
+    for d in devices:
+        res = accelerator_resource(cluster.device(d).gpu.name)
+        out[res] = out.get(res, 0.0) + 1.0
+    return out
+
+
+def missing_resources(need: Mapping[str, float], have: Mapping[str, float]) -> dict[str, float]:
+    """Resources of ``need`` that ``have`` lacks (name -> amount short)."""
+    return {k: v - have.get(k, 0.0) for k, v in need.items() if have.get(k, 0.0) + 1e-9 < v}

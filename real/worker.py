@@ -1,0 +1,320 @@
+"""One Ray actor per planned device: it hosts the engines of every tasklet placed on its device
+(co-located tasks share the worker), applies the emulated network and compute delays, and
+records spans of what it did. The driver (``real.runner``) tells it what to do.
+
+Times in spans are seconds since the run's ``t0`` (a ``time.time()`` epoch shared by all
+workers of one machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.model import ModelShape
+from hetrl.trace import Span
+from real.network import NetworkEmulator, wait
+from real.placement import Tasklet
+
+#: Seed offsets per role: the reference starts as an exact copy of the actor (same seed).
+ROLE_SEED = {"actor": 0, "reference": 0, "critic": 1, "reward": 2}
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor in ``obj`` (tensors, mappings and sequences of them)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(v) for v in obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(tensor_bytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
+    return 0
+
+
+def spec_from_shape(shape: ModelShape):
+    """The torch model spec of a workload's model shape (the cost model's view of it)."""
+    from real.model import TinyModelSpec
+
+    return TinyModelSpec(hidden=shape.hidden, layers=shape.layers, heads=shape.heads,
+                         kv_heads=shape.kv_heads, head_dim=shape.head_dim, ffn=shape.ffn,
+                         vocab=shape.vocab, name=shape.name)
+
+
+def digest(state: Mapping[str, Any]) -> str:
+    """SHA-256 over a state dict's names and raw bytes: equal digests = equal weights."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(name.encode())
+        h.update(t.view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class DeviceWorker:
+    """The worker of device ``device``; wrap with ``ray.remote`` (see ``real.runner``)."""
+
+    def __init__(self, device: int, cluster: Mapping[str, Any], tasklets: Sequence[Tasklet],
+                 models: Mapping[str, Mapping[str, Any]], algo: Any, seed: int, t0: float,
+                 emulate_network: bool = True, emulate_speed: bool = True,
+                 torch_device: str = "cpu", kill_at: tuple[str, int] | None = None):
+        import torch
+
+        torch.set_num_threads(1)
+        self.device = device
+        self.cluster = ClusterSpec.from_dict(cluster)
+        self.net = NetworkEmulator(self.cluster, emulate_network, emulate_speed)
+        self.slowdown = self.net.slowdown(device)
+        self.tasklets = {t.task: t for t in tasklets}
+        self.models = {role: ModelShape.from_dict(m) for role, m in models.items()}
+        self.algo = algo
+        self.seed = seed
+        self.t0 = t0
+        self.torch_device = torch_device
+        self.kill_at = kill_at
+        self.engines: dict[str, Any] = {}
+        self.spans: list[Span] = []
+        self.dist_groups: dict[str, Any] = {}
+
+    # --- set-up ---
+    def setup(self, states: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+        """Build every engine of this device (from ``states`` = task -> saved state when resuming);
+        returns the worker's process id."""
+        from real.engines.torch_engine import TorchInference, TorchRollout, TorchTrainer
+
+        for task, t in self.tasklets.items():
+            spec = spec_from_shape(self.models[t.role])
+            seed = self.seed + ROLE_SEED[t.role]
+            if t.kind == "generation":
+                engine = TorchRollout(spec, seed, self.torch_device)
+            elif t.kind == "inference":
+                engine = TorchInference(t.role, spec, seed, self.torch_device,
+                                        temperature=self.algo.temperature)
+            else:
+                engine = TorchTrainer(t.role, spec, seed, self.torch_device, self.algo,
+                                      stage=t.stage if t.stages > 1 else None,
+                                      stages=list(t.boundaries) if t.stages > 1 else None)
+            self.engines[task] = engine
+            if states and task in states:
+                self._load_state(task, states[task])
+        return os.getpid()
+
+    def init_distributed(self, rank: int, world: int, init_method: str,
+                         groups: Mapping[str, Sequence[int]]) -> None:
+        """Join the run's gloo world and create every DP group (same order on every worker)."""
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+        for key in sorted(groups):
+            g = dist.new_group(list(groups[key]), backend="gloo")
+            if rank in groups[key]:
+                self.dist_groups[key] = g
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # --- spans ---
+    def _now(self) -> float:
+        return time.time() - self.t0
+
+    def _span(self, name: str, kind: str, task: str, it: int, start: float,
+              devices: tuple[int, ...] | None = None, nbytes: float = 0.0, **meta: Any) -> None:
+        self.spans.append(Span(name, kind, task, it, start, self._now(),
+                               devices if devices is not None else (self.device,), float(nbytes),
+                               meta))
+
+    def drain_spans(self) -> list[Span]:
+        out, self.spans = self.spans, []
+        return out
+
+    def _enter(self, task: str, it: int) -> None:
+        if self.kill_at is not None and self.kill_at == (task, it):
+            os._exit(17)  # fault injection: this device dies at the start of its tasklet
+
+    def _receive(self, task: str, it: int, sources: Mapping[int, float]) -> None:
+        """Wait the emulated time of receiving ``sources`` (device -> bytes) on this device."""
+        remote = {s: b for s, b in sources.items() if s != self.device}
+        if not remote:
+            return
+        start = self._now()
+        wait(self.net.gather_s(remote, self.device))
+        self._span(f"{task} input", "transfer", task, it, start,
+                   tuple(sorted(remote)) + (self.device,), sum(remote.values()))
+
+    def _compute(self, fn, *args: Any) -> Any:
+        """Run ``fn`` and stretch its time by this device's emulated slowdown."""
+        start = time.perf_counter()
+        out = fn(*args)
+        wait((self.slowdown - 1.0) * (time.perf_counter() - start))
+        return out
+
+    # --- tasks ---
+    def generate(self, it: int, prompts: list[list[int]], max_new_tokens: int, temperature: float,
+                 seed: int) -> list[list[int]]:
+        task = "actor_generation"
+        self._enter(task, it)
+        start = self._now()
+        out = self._compute(self.engines[task].generate, prompts, max_new_tokens, temperature, seed)
+        self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica,
+                   sequences=len(prompts))
+        return out
+
+    def infer(self, task: str, it: int, batch: Any, sources: Mapping[int, float]) -> Any:
+        self._enter(task, it)
+        start = self._now()
+        self._receive(task, it, sources)
+        engine = self.engines[task]
+        fn = {"reference": engine.log_probs if hasattr(engine, "log_probs") else None,
+              "critic": getattr(engine, "values", None),
+              "reward": getattr(engine, "scores", None)}[self.tasklets[task].role]
+        out = self._compute(fn, batch.to(self.torch_device))
+        self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
+        return out.cpu()
+
+    def train(self, task: str, it: int, micro_batches: list[tuple[Any, Any]],
+              sources: Mapping[int, float], group: str | None,
+              group_devices: tuple[int, ...]) -> dict[str, float]:
+        """A whole-model (pp = 1) replica: forward/backward over its micro-batches, gradient
+        all-reduce with its DP peers, optimizer step. Returns mean loss statistics."""
+        self._enter(task, it)
+        start = self._now()
+        self._receive(task, it, sources)
+        from real.engines.base import token_weights
+
+        engine = self.engines[task]
+        stats: dict[str, float] = {}
+        scales = token_weights([b for b, _ in micro_batches])
+        for (batch, extras), scale in zip(micro_batches, scales, strict=True):
+            s = self._compute(engine.forward_backward, batch.to(self.torch_device),
+                              {k: v.to(self.torch_device) for k, v in extras.items()}, scale)
+            for k, v in s.items():
+                stats[k] = stats.get(k, 0.0) + float(v) * scale
+        self._all_reduce(task, it, group, group_devices)
+        self._compute(engine.step)
+        self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
+        return stats
+
+    def stage_forward(self, task: str, it: int, micro: int, x: Any, batch: Any, extras: Any,
+                      source: int | None, scale: float = 1.0,
+                      data_sources: Mapping[int, float] | None = None) -> Any:
+        """Pipeline stage forward of one micro-batch; ``x`` from device ``source`` (None: this
+        is the first stage and ``x`` the input ids, whose replica's rollout data arrives from
+        ``data_sources`` (device -> bytes) before its first micro-batch)."""
+        self._enter(task, it)
+        start = self._now()
+        if source is not None:
+            self._receive(task, it, {source: tensor_bytes(x)})
+        elif data_sources:
+            self._receive(task, it, data_sources)
+        engine = self.engines[task]
+        ext = {k: v.to(self.torch_device) for k, v in (extras or {}).items()}
+        out = self._compute(engine.stage_forward, micro, x.to(self.torch_device),
+                            batch.to(self.torch_device), ext or None, scale)
+        self._span(f"{task} F{micro}", "tasklet", task, it, start, replica=self.tasklets[task].replica,
+                   stage=self.tasklets[task].stage, micro=micro)
+        return out.cpu() if hasattr(out, "cpu") else out
+
+    def stage_backward(self, task: str, it: int, micro: int, grad: Any, source: int | None) -> Any:
+        start = self._now()
+        if source is not None:
+            self._receive(task, it, {source: tensor_bytes(grad)})
+        engine = self.engines[task]
+        out = self._compute(engine.stage_backward, micro,
+                            grad.to(self.torch_device) if grad is not None else None)
+        self._span(f"{task} B{micro}", "tasklet", task, it, start, replica=self.tasklets[task].replica,
+                   stage=self.tasklets[task].stage, micro=micro)
+        return out.cpu() if out is not None else None
+
+    def stage_reduce(self, task: str, it: int, group: str | None,
+                     group_devices: tuple[int, ...]) -> float:
+        """After a pipelined replica's backwards: average this stage's gradients over its DP
+        group; return their squared norm (the driver sums it over stages to clip globally)."""
+        start = self._now()
+        self._all_reduce(task, it, group, group_devices)
+        self._span(f"{task} all-reduce", "tasklet", task, it, start,
+                   replica=self.tasklets[task].replica, stage=self.tasklets[task].stage)
+        return self.engines[task].grad_sq_norm()
+
+    def stage_step(self, task: str, it: int, grad_norm: float) -> None:
+        """Optimizer step of this stage, clipping by the whole model's gradient norm."""
+        start = self._now()
+        self._compute(self.engines[task].step, grad_norm)
+        self._span(f"{task} step", "tasklet", task, it, start, replica=self.tasklets[task].replica,
+                   stage=self.tasklets[task].stage)
+
+    def _all_reduce(self, task: str, it: int, group: str | None,
+                    group_devices: tuple[int, ...]) -> None:
+        """Average gradients over the DP group (gloo), plus the emulated ring time."""
+        if group is None:
+            return
+        import torch.distributed as dist
+
+        start = self._now()
+        params = [p for p in self.engines[task].parameters() if p.grad is not None]
+        nbytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
+        n = len(group_devices)
+        for p in params:
+            dist.all_reduce(p.grad, group=self.dist_groups[group])
+            p.grad.div_(n)
+        wait(self.net.ring_all_reduce_s(group_devices, nbytes))
+        self._span(f"{task} grad all-reduce", "collective", task, it, start, group_devices, nbytes)
+
+    # --- weights ---
+    def export_weights(self, task: str) -> dict[str, Any]:
+        """This tasklet's model weights (a stage's slice under pipelining), full parameter names."""
+        engine = self.engines[task]
+        if self.tasklets[task].stages > 1:
+            return engine.stage_state_dict()
+        return engine.state_dict()
+
+    def load_weights(self, task: str, it: int, span_task: str, sources_of: Sequence[int],
+                     *states: Mapping[str, Any]) -> str:
+        """Receive weight slices ``states`` from devices ``sources_of`` in parallel, load them,
+        return the digest of what was loaded."""
+        start = self._now()
+        merged: dict[str, Any] = {}
+        sources: dict[int, float] = {}
+        for src, state in zip(sources_of, states, strict=True):
+            merged.update(state)
+            sources[src] = sources.get(src, 0.0) + tensor_bytes(state)
+        delay = self.net.gather_s({s: b for s, b in sources.items() if s != self.device}, self.device)
+        wait(delay)
+        self._load_state(task, {"weights": merged})
+        self._span(f"{span_task} -> {task}", "transfer", span_task, it, start,
+                   tuple(sorted(sources)) + (self.device,), sum(sources.values()))
+        return digest(merged)
+
+    def weights_digest(self, task: str) -> str:
+        engine = self.engines[task]
+        return digest(engine.stage_state_dict() if self.tasklets[task].stages > 1 else engine.state_dict())
+
+    # --- checkpoints ---
+    def save_state(self, task: str) -> dict[str, Any]:
+        """A trainer's weights and optimizer state (CPU copies), to rebuild it on resume."""
+        import torch
+
+        engine = self.engines[task]
+        opt = engine.optimizer.state_dict()
+        return {"module": {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()},
+                "optimizer": torch.utils._pytree.tree_map(
+                    lambda x: x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x, opt)}
+
+    def _load_state(self, task: str, state: Mapping[str, Any]) -> None:
+        engine = self.engines[task]
+        if "optimizer" in state:  # a trainer restored from a checkpoint
+            engine.module.load_state_dict(state["module"])
+            engine.optimizer.load_state_dict(state["optimizer"])
+        elif hasattr(engine, "update_weights"):
+            engine.update_weights(state["weights"])
+        else:
+            engine.load_state(state["weights"])

@@ -1,0 +1,157 @@
+"""End-to-end runs of the real backend on CPU: a local Ray with emulated A100 and L4 resources,
+a tiny Qwen3 model, 4-device plans over two GPU types and two task groups.
+
+Each run costs ~30-60 s on 2 cores (four worker processes import torch and transformers), so
+runs are shared by module-scoped fixtures and every test reads several facts off them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("ray")
+
+from hetrl.io import load_plan  # noqa: E402
+from hetrl.spec.cluster import ClusterSpec, RegionLink  # noqa: E402
+from hetrl.spec.presets import cluster_preset, workload_preset  # noqa: E402
+from hetrl.trace import Trace  # noqa: E402
+from real.network import NetworkEmulator  # noqa: E402
+from real.report import per_iteration_tasks  # noqa: E402
+from real.runner import RunConfig, RunError, run_plan  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _run(workload: str, cluster: str, plan: str, **config):
+    wl, cl = workload_preset(workload), cluster_preset(cluster)
+    p = load_plan(EXAMPLES / plan)
+    return wl, cl, p, run_plan(wl, cl, p, RunConfig(**config))
+
+
+def far_apart() -> ClusterSpec:
+    """tiny4's two nodes 100 ms apart one way at 1 Gbps: delays well above CPU timing noise."""
+    base = cluster_preset("tiny4-two-region")
+    return replace(base, name="tiny4-100ms",
+                   region_links=(RegionLink("us-east-1", "eu-west-1", 100.0, 1.0),))
+
+
+@pytest.fixture(scope="module")
+def cross_region():
+    """The same GRPO plan (training pipelined across the two nodes) on one region and on two."""
+    wl = workload_preset("tiny-grpo-sync")
+    plan = load_plan(EXAMPLES / "plan-tiny-grpo-cross-region.yaml")
+    config = RunConfig(iterations=4, reward="target-byte", lr=3e-2, seed=1)
+    return {name: (wl, cl, plan, run_plan(wl, cl, plan, config))
+            for name, cl in (("one", cluster_preset("tiny4-single-region")), ("two", far_apart()))}
+
+
+def test_grpo_trace_is_complete_and_loadable(cross_region):
+    wl, _, plan, res = cross_region["one"]
+    trace = res.trace
+    assert len(trace.iterations) == 4
+    for i, tasks in enumerate(per_iteration_tasks(trace)):
+        for task in wl.task_names:  # every planned task, every iteration
+            assert tasks.get(task, 0.0) > 0, (i, task)
+        assert tasks.get("weight_sync", 0.0) > 0
+    # tasklets of the pipelined training name each stage's device
+    stages = {s.meta.get("stage"): s.devices for s in trace.spans_of("tasklet", "actor_training")
+              if "stage" in s.meta}
+    assert stages == {0: (1,), 1: (2,)}
+    # the simulator's tooling reads it: round trip through JSON and Chrome export
+    again = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
+    assert again.task_seconds() == trace.task_seconds()
+    assert trace.to_chrome()["traceEvents"]
+    assert {"workload_spec", "cluster_spec", "plan"} <= set(trace.meta)
+
+
+def test_weight_sync_verified_every_iteration(cross_region):
+    _, _, plan, res = cross_region["two"]
+    gen_replicas = plan.placement("actor_generation").dp
+    assert res.weights_verified == 4 * gen_replicas
+
+
+def test_learnable_reward_rises(cross_region):
+    rewards = cross_region["one"][3].rewards
+    assert rewards[-1] > rewards[0], rewards
+
+
+def test_two_regions_slower_by_the_emulated_delays(cross_region):
+    _, one_cl, plan, one = cross_region["one"]
+    wl, two_cl, _, two = cross_region["two"]
+    # fastest iteration after the first: the least disturbed by other work on the machine
+    diff = min(two.iteration_seconds()[1:]) - min(one.iteration_seconds()[1:])
+    # The delays the topology implies on the critical path of one iteration, from the emulator:
+    # every pipeline micro-batch crosses the stage boundary (devices 1 -> 2) forward and back.
+    # (Generation data and weight sync cross too; they are left out of this lower bound.)
+    micro = -(-wl.samples // wl.micro_batch_size)
+    per_crossing = (NetworkEmulator(two_cl).transfer_s(1, 2, 0)
+                    - NetworkEmulator(one_cl).transfer_s(1, 2, 0))
+    expected = 2 * micro * per_crossing
+    assert per_crossing > 0.09  # 100 ms one way
+    assert diff > 0.6 * expected, (diff, expected)
+    # and not wildly more: all cross-region transfers of an iteration, plus noise
+    transfers = sum(s.duration_s for s in two.trace.spans_of("transfer")) / len(two.trace.iterations)
+    assert diff < transfers + 1.0, (diff, transfers)
+
+
+def test_ppo_fault_names_device_and_task_then_resumes(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(RunError, match=r"device 2 \(L4.*critic_training of iteration 1"):
+        _run("tiny-ppo-sync", "tiny4-single-region", "plan-tiny-ppo-tiny4.yaml", iterations=3,
+             checkpoint_dir=str(ckpt), kill_at=("critic_training", 1, 2))
+    assert (ckpt / "checkpoint.pt").exists()
+    wl, _, _, res = _run("tiny-ppo-sync", "tiny4-single-region", "plan-tiny-ppo-tiny4.yaml",
+                         iterations=3, checkpoint_dir=str(ckpt), resume=True)
+    assert res.resumed_from == 1
+    assert len(res.trace.iterations) == 3  # the finished iteration 0 is kept, 1-2 run now
+    starts = [a for a, _ in res.trace.iterations]
+    assert starts == sorted(starts)
+    for tasks in per_iteration_tasks(res.trace):
+        for task in wl.task_names:
+            assert tasks.get(task, 0.0) > 0
+    assert {s.iteration for s in res.trace.spans_of("task")} == {0, 1, 2}
+    assert all(k.startswith(("actor_training/", "critic_training/")) for k in res.stats[-1])
+
+
+def test_async_generation_overlaps_training():
+    wl, _, _, res = _run("tiny-grpo-async", "tiny4-single-region", "plan-tiny-grpo-tiny4.yaml",
+                         iterations=3)
+    assert wl.staleness == 1
+    gen = {s.iteration: s for s in res.trace.spans_of("task", "actor_generation")}
+    train = {s.iteration: s for s in res.trace.spans_of("task", "actor_training")}
+    sync = {s.iteration: s for s in res.trace.spans_of("task", "weight_sync")}
+    for i in range(2):
+        # generation of iteration i + 1 runs ahead on its own devices: it starts before
+        # iteration i's training, with weights at most one update old (staleness 1)
+        assert gen[i + 1].start_s < train[i].start_s, (i, gen[i + 1], train[i])
+        if i >= 1:
+            assert gen[i + 1].start_s >= sync[i - 1].start_s
+    assert res.weights_verified == 3 * 2
+
+
+def test_unsupported_layout_is_a_clear_error():
+    from hetrl.errors import SpecError
+    from hetrl.plan import colocated_plan
+
+    wl, cl = workload_preset("tiny-grpo-sync"), cluster_preset("tiny4-single-region")
+    with pytest.raises(SpecError, match=r"placements\[actor_generation\]\.tp"):
+        run_plan(wl, cl, colocated_plan(wl, cl, tp=2))
+    big = workload_preset("qwen3-4b-grpo-sync")
+    with pytest.raises(SpecError, match="models.actor"):
+        run_plan(big, cluster_preset("a100x8"), colocated_plan(big, cluster_preset("a100x8")))
+
+
+def test_calibration_on_cpu_traces_reduces_the_error(cross_region):
+    from real.calibrate import CalibrationRun, fit_params
+
+    runs = [CalibrationRun.from_trace(cross_region[k][3].trace) for k in ("one", "two")]
+    result = fit_params(runs, max_sweeps=4)
+    print(f"iteration-time error before {result.error_before:.1%}, after {result.error_after:.1%}")
+    assert result.error_after < 0.5 * result.error_before
+    assert result.error_after < 0.25
