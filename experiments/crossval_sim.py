@@ -17,7 +17,7 @@ so an interrupted run resumes where it stopped (a scheduler's plan for a given s
 changes when the search code does; the saved plan is what the row measured).
 
 Run: ``python experiments/crossval_sim.py [--quick] [--plans N] [--workers W] [--fresh]
-[--resimulate [WORKLOADS]]``.
+[--resimulate [WORKLOADS]] [--reestimate]``.
 ``--quick`` (5 plans per scenario) takes a few minutes on 2 cores; the default 30 plans per
 scenario about 45 minutes (plans from random searches can take a minute each to simulate).
 """
@@ -198,7 +198,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resimulate", metavar="WORKLOADS", nargs="?", const="all",
                    help="simulate the saved plans again (after a simulator change), all or those "
                         "of the comma-separated workloads; no new plans are drawn")
+    p.add_argument("--reestimate", action="store_true",
+                   help="recompute only the cost model's columns of the saved rows (after a cost "
+                        "model change that leaves the simulator as it is); nothing is simulated")
     return p.parse_args(argv)
+
+
+def reestimate(row: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its estimate columns recomputed by the current cost model."""
+    wl = workload_preset(job["workload"])
+    est = CostModel(wl, cluster_preset(f"paper64-{job['scenario']}")).estimate(
+        Plan.from_dict(job["plan"]))
+    out = {**row, "est_s": est.iteration_s, "rel_diff": (row["sim_s"] - est.iteration_s) / row["sim_s"]}
+    for t in REPORTED_TASKS:
+        out[f"est_{t}"] = est.tasks[t]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cross-validation: {n} plans per scenario over {len(scenarios)} scenarios "
           f"({len(rows)} already in {OUT.name})", flush=True)
     jobs = []
+    if args.reestimate:
+        rows = [reestimate(r, plans[(r["scenario"], r["plan_id"])]) for r in rows]
+        scenarios = []  # nothing new to draw or simulate
     if args.resimulate:
         which = None if args.resimulate == "all" else set(args.resimulate.split(","))
         redo = {(r["scenario"], r["plan_id"]) for r in rows if r["scenario"] in scenarios

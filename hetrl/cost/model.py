@@ -424,7 +424,7 @@ class CostModel:
         if out is not None:
             return out
         params = self.params
-        stages, groups = dp_links(self.cluster, p.devices)
+        stages, groups = dp_links(self.cluster, p.devices, tuple(sh.params for sh in shapes))
         opt_s = 0.0
         for shape, (hbm, gpu) in zip(shapes, stages, strict=False):
             opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / p.dp,
@@ -581,36 +581,40 @@ class CostModel:
         return out
 
 
-def dp_links(cluster: ClusterSpec, grid: Grid) -> tuple[list[tuple[float, str]],
-                                                          list[tuple[int, str, GroupLinks]]]:
+def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -> tuple[
+        list[tuple[float, str]], list[tuple[int, str, GroupLinks]]]:
     """Hardware facts of a (dp, pp, tp) device grid for gradient sync and the optimizer step:
     per stage the smallest HBM bandwidth (bytes/s) and the GPU type of its first device; per DP
-    group (one per stage and tp rank) its stage, GPU type and links, where a node's uplink is
-    shared by every group whose ring leaves the node (all reduce at once). Memoised per cluster:
-    a pure function of the grid."""
-    return cluster.topology.memoised("dp_links", grid, lambda: _dp_links(cluster, grid))
+    group (one per stage and tp rank) its stage, GPU type and links. A node's uplink is shared by
+    every group whose ring leaves the node (all reduce at once), each group getting a share in
+    proportion to its bytes (``stage_bytes``, any unit, per stage): the uplink stays busy until
+    the last ring ends, so the largest ring ends at (all groups' bytes) / uplink, as under the
+    simulator's max-min sharing where small rings finish first and free their share. Memoised
+    per cluster: a pure function of the grid and the stage sizes."""
+    return cluster.topology.memoised("dp_links", (grid, stage_bytes),
+                                     lambda: _dp_links(cluster, grid, stage_bytes))
 
 
-def _dp_links(cluster: ClusterSpec, grid_ids: Grid) -> tuple[list[tuple[float, str]],
-                                                           list[tuple[int, str, GroupLinks]]]:
+def _dp_links(cluster: ClusterSpec, grid_ids: Grid, stage_bytes: tuple[float, ...]) -> tuple[
+        list[tuple[float, str]], list[tuple[int, str, GroupLinks]]]:
     topo = cluster.topology
     grid = np.array(grid_ids)  # (dp, pp, tp)
     dp, pp, tp = grid.shape
     stages = [(float(topo.hbm_Bps[grid[:, j, :]].min()),
                cluster.devices[int(grid[0, j, 0])].gpu.name) for j in range(pp)]
     members_of = [(j, tuple(grid[:, j, k].tolist())) for j in range(pp) for k in range(tp)]
-    crossing = np.zeros(len(cluster.nodes))
-    for _, members in members_of:
+    load = np.zeros(len(cluster.nodes))  # bytes of all rings leaving each node
+    for j, members in members_of:
         nodes = {int(topo.node_of[d]) for d in members}
         if len(nodes) > 1:
-            crossing[list(nodes)] += 1
+            load[list(nodes)] += stage_bytes[j]
     groups = []
     if dp > 1:
         for j, members in members_of:
             g = group_links(cluster, members)
             if g.nodes > 1:
                 nodes = list({int(topo.node_of[d]) for d in members})
-                share = float((topo.uplink_Bps[nodes] / crossing[nodes]).min())
+                share = float((topo.uplink_Bps[nodes] * stage_bytes[j] / load[nodes]).min())
                 g = replace(g, ring_Bps=min(g.ring_Bps, share),
                             inter_Bps=min(g.inter_Bps, share / max(g.per_node, 1)))
             groups.append((j, cluster.devices[members[0]].gpu.name, g))

@@ -144,13 +144,18 @@ def _micro(n: float, mbs: int) -> tuple[int, float]:
 
 def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: LengthStats,
                  params: CostParams, kind: str, flops_mult: float, tp_allreduces: int,
-                 boundary_msgs: int) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Per stage, for one micro-batch of ``seqs`` sequences: compute, HBM, TP and outgoing
-    boundary times (seconds). ``flops_mult`` 1 forward, 3 fwd+bwd, 4 with recomputation."""
+                 backward: bool) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Per stage, for one micro-batch of ``seqs`` sequences: compute, HBM, TP and send times
+    (seconds). A stage sends its activations over its outgoing boundary; with ``backward`` it
+    also sends the activation gradient back over its incoming boundary (same size), so a
+    boundary is paid once in each direction, by the stage that sends. ``flops_mult`` 1 forward,
+    3 fwd+bwd, 4 with recomputation."""
     tokens = seqs * L.seq_mean
     h = shapes[0].model.hidden
     bpv = shapes[0].bytes_per_value
     comp, mem, tps, bnd = [], [], [], []
+    sends = [p2p_time(tokens * h * bpv, lat, bw, params.efficiency(st.gpu, "link"))
+             for (lat, bw), st in zip(hw.boundaries, hw.stages, strict=False)]
     for j, (s, st) in enumerate(zip(shapes, hw.stages, strict=True)):
         fl = flops_mult * (tokens * s.matmul_flops_per_token
                            + s.attn_flops_per_token_ctx * seqs * L.seq_sq_mean / 2)
@@ -161,12 +166,9 @@ def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: 
         mem.append(hb if hb > c else 0.0)
         tps.append(tp_allreduces * s.layers * all_reduce_time(
             tokens * h * bpv, st.tp, params.efficiency(st.gpu, "link")))
-        if j < len(hw.boundaries):
-            lat, bw = hw.boundaries[j]
-            bnd.append(boundary_msgs * p2p_time(tokens * h * bpv, lat, bw,
-                                                params.efficiency(st.gpu, "link")))
-        else:
-            bnd.append(0.0)
+        out = sends[j] if j < len(sends) else 0.0
+        back = sends[j - 1] if backward and j > 0 else 0.0
+        bnd.append(out + back)
     return comp, mem, tps, bnd
 
 
@@ -178,7 +180,7 @@ def inference_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, m
     if n <= 0:
         return ReplicaCost(0.0, _parts())
     m, seqs = _micro(n, mbs)
-    comp, mem, tps, bnd = _stage_times(shapes, hw, seqs, L, params, "infer_flops", 1.0, 2, 1)
+    comp, mem, tps, bnd = _stage_times(shapes, hw, seqs, L, params, "infer_flops", 1.0, 2, False)
     return _pipeline(m, comp, mem, tps, bnd, fill_all=True)
 
 
@@ -186,14 +188,15 @@ def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mb
                      L: LengthStats, params: CostParams, recompute: bool) -> ReplicaCost:
     """One optimizer step's forward+backward over ``n`` sequences with 1F1B: time =
     (m + pp - 1) x the slowest stage's micro-batch time (3x forward FLOPs, 4x with full
-    recomputation; 4 TP all-reduces per layer, 6 with recomputation; activation send forward and
-    gradient send backward at each boundary). The bubble is (pp - 1) slowest-stage slots."""
+    recomputation; 4 TP all-reduces per layer, 6 with recomputation; a stage sends activations
+    forward over its outgoing boundary and gradients back over its incoming one). The bubble is
+    (pp - 1) slowest-stage slots."""
     if n <= 0:
         return ReplicaCost(0.0, _parts())
     m, seqs = _micro(n, mbs)
     mult = 4.0 if recompute else 3.0
     comp, mem, tps, bnd = _stage_times(shapes, hw, seqs, L, params, "train_flops", mult,
-                                       6 if recompute else 4, 2)
+                                       6 if recompute else 4, True)
     return _pipeline(m, comp, mem, tps, bnd, fill_all=False)
 
 

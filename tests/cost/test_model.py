@@ -279,3 +279,24 @@ def test_qwen3_8b_ppo_on_a100x8_is_in_a_sane_range(ppo8b, a100x8):
     assert 10 < est.iteration_s < 1000
     # training dominates a colocated sync iteration; generation is a sizeable share
     assert est.tasks["actor_training"] > est.tasks["actor_generation"] > 10
+
+
+def test_dp_rings_share_a_node_uplink_in_proportion_to_their_bytes():
+    """Two DP groups (one per pipeline stage) leave the same node: the uplink is split 3:1 by
+    their sizes, so both end when the uplink has carried all their bytes (max-min sharing lets
+    the small ring finish first and hand its share to the large one; the largest ends then)."""
+    from hetrl.cost.model import dp_links
+    from hetrl.spec.cluster import homogeneous
+
+    cluster = homogeneous("A100-80GB", nodes=2, gpus_per_node=2)
+    uplink = float(cluster.topology.uplink_Bps[0])
+    grid = (((0,), (1,)), ((2,), (3,)))  # replica 0 on node 0, replica 1 on node 1
+    _, groups = dp_links(cluster, grid, (3.0, 1.0))
+    by_stage = {j: g for j, _, g in groups}
+    assert by_stage[0].ring_Bps == pytest.approx(uplink * 3 / 4, rel=1e-12)
+    assert by_stage[1].ring_Bps == pytest.approx(uplink / 4, rel=1e-12)
+    # equal stages: an equal split
+    _, equal = dp_links(cluster, grid, (1.0, 1.0))
+    assert [g.ring_Bps for _, _, g in equal] == pytest.approx([uplink / 2] * 2, rel=1e-12)
+    # bytes / share is the same for both groups: they end together
+    assert 3.0 / by_stage[0].ring_Bps == pytest.approx(1.0 / by_stage[1].ring_Bps, rel=1e-9)

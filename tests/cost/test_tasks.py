@@ -144,11 +144,11 @@ def test_1f1b_two_stages_is_m_plus_one_slowest_slots(L, a100x8):
     f0 = 3 * (tokens * 2 * 20 * MATRIX_PER_LAYER + 4 * 20 * 32 * 128 * 4 * S**2 / 2)
     f1 = 3 * (tokens * (2 * 16 * MATRIX_PER_LAYER + 2 * 4096 * 151_936)
               + 4 * 16 * 32 * 128 * 4 * S**2 / 2)
-    # Boundary: activations forward and gradients backward, tokens x hidden x 2 bytes each,
-    # over NVLink (2 us, 300e9 B/s x 0.8).
+    # Boundary: stage 0 sends activations forward, stage 1 sends their gradients back,
+    # tokens x hidden x 2 bytes each, over NVLink (2 us, 300e9 B/s x 0.8): each pays one send.
     send = 2 * (2e-6 + tokens * 4096 * 2 / (300e9 * 0.8))
-    stage0 = f0 / (PEAK * 0.4) + send
-    stage1 = f1 / (PEAK * 0.4)
+    stage0 = f0 / (PEAK * 0.4) + send / 2
+    stage1 = f1 / (PEAK * 0.4) + send / 2
     slow = max(stage0, stage1)
     assert slow == stage0  # 20 layers outweigh 16 layers + the LM head
     for m in (1, 4, 8):
