@@ -1,0 +1,57 @@
+"""``hetrl run`` end to end from the command line, then ``hetrl calibrate`` on its trace, and
+its bad-input errors (exit 2, one line, nothing written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import assert_user_error, run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PLAN = str(EXAMPLES / "plan-tiny-grpo-tiny4.yaml")
+
+
+def test_run_json_trace_then_calibrate(capsys, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("ray")
+    trace = tmp_path / "run.json"
+    code, out, err = run(capsys, "run", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
+                         "-p", PLAN, "-n", "2", "--trace", str(trace),
+                         "--chrome-trace", str(tmp_path / "chrome.json"), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["iterations"]) == 2 and data["iteration_s"] > 0
+    assert set(data["tasks"]) >= {"actor_generation", "reward_inference", "reference_inference",
+                                  "actor_training", "weight_sync"}
+    assert data["estimate"]["iteration_s"] > 0 and data["estimate_error"] is not None
+    assert data["weights_verified"] == 2 * 2
+    assert json.loads(trace.read_text())["source"] == "real"
+    assert json.loads((tmp_path / "chrome.json").read_text())["traceEvents"]
+    params = tmp_path / "params.yaml"
+    code, out, err = run(capsys, "calibrate", "--traces", str(trace), "--out", str(params), "--json")
+    assert code == 0, err
+    fit = json.loads(out)
+    assert fit["error_after"] < fit["error_before"]
+    code, out, err = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
+                         "-p", PLAN, "--params", str(params), "--json")
+    assert code == 0, err
+    assert json.loads(out)["iteration_s"] == pytest.approx(fit["runs"][0]["estimate_after_s"])
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["-p", str(EXAMPLES / "plan-qwen3-4b-grpo-a100x8.yaml"), "-c", "a100x8",
+      "-w", "qwen3-4b-grpo-sync"], ["placements[actor_generation].tp", "tp = 1 only"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--kill-at", "x"],
+     ["--kill-at", "TASK:ITERATION:DEVICE"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "-n", "0"],
+     ["iterations", ">= 1"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--resume"],
+     ["resume", "checkpoint directory"]),
+])
+def test_run_bad_input(capsys, tmp_path, argv, fragments):
+    code, _, err = run(capsys, "run", *argv, "--trace", str(tmp_path / "t.json"))
+    assert_user_error(code, err, "hetrl run: error:", *fragments)
+    assert not (tmp_path / "t.json").exists()
