@@ -22,6 +22,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    "target-byte (trivially learnable)")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate of actor and critic")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="torch device")
+    p.add_argument("--engines", metavar="KIND=ENGINE,...", default="",
+                   help="engine per task kind, e.g. generation=vllm,training=megatron (GPU only; "
+                        "default torch for every kind)")
     p.add_argument("--no-network-emulation", action="store_true",
                    help="do not delay transfers by the cluster's latency and bandwidth")
     p.add_argument("--no-speed-emulation", action="store_true",
@@ -35,6 +38,18 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chrome-trace", help="write the trace as Chrome trace JSON (Perfetto)")
     p.add_argument("--params", help="cost-model parameters YAML for the estimate it is compared to")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _engines(value: str) -> tuple[tuple[str, str], ...]:
+    from hetrl.errors import SpecError
+
+    out = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        kind, sep, name = item.partition("=")
+        if not sep or not kind or not name:
+            raise SpecError("--engines", value, "must be KIND=ENGINE pairs, e.g. generation=vllm")
+        out.append((kind, name))
+    return tuple(out)
 
 
 def _kill_at(value: str | None) -> tuple[str, int, int] | None:
@@ -67,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        device=args.device, emulate_network=not args.no_network_emulation,
                        emulate_speed=not args.no_speed_emulation,
                        checkpoint_dir=args.checkpoint_dir, resume=args.resume,
-                       kill_at=_kill_at(args.kill_at),
+                       kill_at=_kill_at(args.kill_at), engines=_engines(args.engines),
                        progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
     result = run_plan(workload, cluster, plan, config)
     if args.trace:

@@ -202,3 +202,43 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
     diff = ref_logp - logp
     per_token = -diff if kind == "k1" else torch.exp(diff) - diff - 1.0
     return masked_mean(per_token, mask)
+
+
+TRAINER_ROLES = ("actor", "critic")
+
+
+def trainer_loss(role: str, cfg: AlgoConfig, out: torch.Tensor, input_ids: torch.Tensor,
+                 response_mask: torch.Tensor,
+                 extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """The training loss of ``role`` on one (micro-)batch, shared by every training engine.
+
+    ``out``: the model's output, logits [B, T, V] (actor) or per-position values [B, T]
+    (critic); ``input_ids`` [B, T]; ``response_mask`` [B, T]. ``extras`` [B, T] (moved to
+    ``out``'s device): the actor needs ``advantages`` and (if ``cfg.kl_coef`` > 0)
+    ``ref_logp``; the critic ``returns``. ``old_logp`` / ``old_values`` default to the current
+    output, detached (one update per rollout). Actor: clipped policy loss on logits /
+    ``cfg.temperature`` plus ``cfg.kl_coef`` x the ``cfg.kl_kind`` KL to the reference.
+    Critic: clipped value loss on action-aligned values. Returns (scalar loss, statistics).
+    """
+    require(role in TRAINER_ROLES, "role", role, f"must be one of {TRAINER_ROLES}")
+
+    def need(key: str) -> torch.Tensor:
+        require(key in extras, "extras", sorted(extras), f"needs {key!r} for the {role}")
+        return extras[key].to(out.device)
+
+    mask = response_mask
+    if role == "actor":
+        logp = token_log_probs(out / cfg.temperature, input_ids)
+        old = need("old_logp") if "old_logp" in extras else logp.detach()
+        loss, stats = policy_loss(logp, old, need("advantages"), mask, cfg.clip)
+        stats["policy_loss"] = float(loss.detach())
+        if cfg.kl_coef > 0:
+            kl = kl_penalty(logp, need("ref_logp"), mask, cfg.kl_kind)
+            loss = loss + cfg.kl_coef * kl
+            stats["kl"] = float(kl.detach())
+    else:
+        values = align_to_actions(out.float())
+        old = need("old_values") if "old_values" in extras else values.detach()
+        loss, stats = value_loss(values, old, need("returns"), mask, cfg.value_clip)
+    stats["loss"] = float(loss.detach())
+    return loss, stats

@@ -61,6 +61,8 @@ class RunConfig:
     kl_coef: float = 0.05
     temperature: float = 1.0
     progress: Callable[[str], None] | None = None
+    #: Task kind -> engine name (real.engines.ENGINES); kinds left out use "torch".
+    engines: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         require(isinstance(self.iterations, int) and self.iterations >= 1, "iterations",
@@ -70,6 +72,9 @@ class RunConfig:
         require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
         require(not self.resume or self.checkpoint_dir is not None, "resume", True,
                 "needs a checkpoint directory")
+        from real.engines import validate_engines
+
+        validate_engines(dict(self.engines), self.device)
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,12 @@ class RealRun:
             require(shape.vocab >= 259, f"models.{role}.vocab", shape.vocab,
                     "must be >= 259 (the byte tokenizer's vocabulary)")
         self.workload, self.cluster, self.plan, self.config = workload, cluster, plan, config
+        if dict(config.engines).get("training") == "megatron":
+            for p in plan.placements:
+                if workload.task(p.task).kind == "training":
+                    require(p.dp == 1 and p.pp == 1, f"placements[{p.task}]", (p.dp, p.pp),
+                            "must have dp = pp = 1 with the megatron engine (it runs in its own "
+                            "world of one process and has no pipeline stages)")
         from real.algos import AlgoConfig
 
         max_new = workload.response_length.max
@@ -174,7 +185,7 @@ class RealRun:
             self.workers[d] = remote.options(**opts).remote(
                 d, self.cluster.to_dict(), per_device[d], models, self.algo, self.config.seed, t0,
                 self.config.emulate_network, self.config.emulate_speed, self.config.device,
-                (kill[0], kill[1]) if kill and kill[2] == d else None)
+                (kill[0], kill[1]) if kill and kill[2] == d else None, dict(self.config.engines))
         pids = self._get({self.workers[d].setup.remote((states or {}).get(d)): (d, "setup", -1)
                           for d in self.devices})
         self.pids = dict(zip(self.devices, pids, strict=True))

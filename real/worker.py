@@ -64,7 +64,8 @@ class DeviceWorker:
     def __init__(self, device: int, cluster: Mapping[str, Any], tasklets: Sequence[Tasklet],
                  models: Mapping[str, Mapping[str, Any]], algo: Any, seed: int, t0: float,
                  emulate_network: bool = True, emulate_speed: bool = True,
-                 torch_device: str = "cpu", kill_at: tuple[str, int] | None = None):
+                 torch_device: str = "cpu", kill_at: tuple[str, int] | None = None,
+                 engines: Mapping[str, str] | None = None):
         import torch
 
         torch.set_num_threads(1)
@@ -79,6 +80,7 @@ class DeviceWorker:
         self.t0 = t0
         self.torch_device = torch_device
         self.kill_at = kill_at
+        self.engine_names = dict(engines or {})  # task kind -> engine name (default torch)
         self.engines: dict[str, Any] = {}
         self.spans: list[Span] = []
         self.dist_groups: dict[str, Any] = {}
@@ -87,20 +89,15 @@ class DeviceWorker:
     def setup(self, states: Mapping[str, Mapping[str, Any]] | None = None) -> int:
         """Build every engine of this device (from ``states`` = task -> saved state when resuming);
         returns the worker's process id."""
-        from real.engines.torch_engine import TorchInference, TorchRollout, TorchTrainer
+        from real.engines import DEFAULT_ENGINE, build_engine
 
         for task, t in self.tasklets.items():
             spec = spec_from_shape(self.models[t.role])
             seed = self.seed + ROLE_SEED[t.role]
-            if t.kind == "generation":
-                engine = TorchRollout(spec, seed, self.torch_device)
-            elif t.kind == "inference":
-                engine = TorchInference(t.role, spec, seed, self.torch_device,
-                                        temperature=self.algo.temperature)
-            else:
-                engine = TorchTrainer(t.role, spec, seed, self.torch_device, self.algo,
-                                      stage=t.stage if t.stages > 1 else None,
-                                      stages=list(t.boundaries) if t.stages > 1 else None)
+            engine = build_engine(t.kind, self.engine_names.get(t.kind, DEFAULT_ENGINE), t.role,
+                                  spec, seed, self.torch_device, self.algo,
+                                  stage=t.stage if t.stages > 1 else None,
+                                  stages=list(t.boundaries) if t.stages > 1 else None)
             self.engines[task] = engine
             if states and task in states:
                 self._load_state(task, states[task])

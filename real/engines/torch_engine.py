@@ -14,14 +14,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hetrl.errors import require
-from real.algos import (
-    AlgoConfig,
-    align_to_actions,
-    kl_penalty,
-    policy_loss,
-    token_log_probs,
-    value_loss,
-)
+from real.algos import TRAINER_ROLES, AlgoConfig, align_to_actions, token_log_probs, trainer_loss
 from real.engines.base import Extras, RolloutBatch
 from real.model import (
     StageModule,
@@ -34,11 +27,30 @@ from real.model import (
 from real.tokenizer import EOS, PAD
 
 INFERENCE_ROLES = ("reference", "critic", "reward")
-TRAINER_ROLES = ("actor", "critic")
 
 
 def _cpu_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def grad_sq_norm(params) -> float:
+    """Sum of squared gradients of ``params`` (those with a gradient), float."""
+    return sum(float(p.grad.float().pow(2).sum()) for p in params if p.grad is not None)
+
+
+@torch.no_grad()
+def clipped_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+                 grad_clip: float, grad_norm: float | None = None) -> None:
+    """Scale the gradients of ``params`` to global norm <= ``grad_clip`` (``grad_norm`` is that
+    norm, default the params' own), step ``optimizer`` and zero the gradients."""
+    norm = math.sqrt(grad_sq_norm(params)) if grad_norm is None else grad_norm
+    coef = grad_clip / (norm + 1e-6)
+    if coef < 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(coef)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 class TorchRollout:
@@ -191,26 +203,8 @@ class TorchTrainer:
 
     def _loss(self, out: torch.Tensor, batch: RolloutBatch,
               extras: Extras) -> tuple[torch.Tensor, dict[str, float]]:
-        def need(key: str) -> torch.Tensor:
-            require(key in extras, "extras", sorted(extras), f"needs {key!r} for the {self.role}")
-            return extras[key].to(self.device)
-
-        mask = batch.response_mask
-        if self.role == "actor":
-            logp = token_log_probs(out / self.cfg.temperature, batch.input_ids)
-            old = need("old_logp") if "old_logp" in extras else logp.detach()
-            loss, stats = policy_loss(logp, old, need("advantages"), mask, self.cfg.clip)
-            stats["policy_loss"] = float(loss.detach())
-            if self.cfg.kl_coef > 0:
-                kl = kl_penalty(logp, need("ref_logp"), mask, self.cfg.kl_kind)
-                loss = loss + self.cfg.kl_coef * kl
-                stats["kl"] = float(kl.detach())
-        else:
-            values = align_to_actions(out.float())
-            old = need("old_values") if "old_values" in extras else values.detach()
-            loss, stats = value_loss(values, old, need("returns"), mask, self.cfg.value_clip)
-        stats["loss"] = float(loss.detach())
-        return loss, stats
+        return trainer_loss(self.role, self.cfg, out, batch.input_ids, batch.response_mask,
+                            dict(extras))
 
     def forward_backward(self, batch: RolloutBatch, extras: Extras,
                          scale: float = 1.0) -> dict[str, float]:
@@ -271,10 +265,8 @@ class TorchTrainer:
 
     def grad_sq_norm(self) -> float:
         """Sum of squared gradients of this trainer's parameters (add over pipeline stages)."""
-        return sum(float(p.grad.float().pow(2).sum()) for p in self.module.parameters()
-                   if p.grad is not None)
+        return grad_sq_norm(self.module.parameters())
 
-    @torch.no_grad()
     def step(self, grad_norm: float | None = None) -> None:
         """Scale gradients to global norm <= ``cfg.grad_clip``, Adam step, zero gradients.
 
@@ -282,14 +274,7 @@ class TorchTrainer:
         ``sqrt(sum of grad_sq_norm() over stages)`` so they clip as the whole model would.
         """
         require(not self._pending, "micro_id", sorted(self._pending), "still pending backward")
-        norm = math.sqrt(self.grad_sq_norm()) if grad_norm is None else grad_norm
-        coef = self.cfg.grad_clip / (norm + 1e-6)
-        if coef < 1.0:
-            for p in self.module.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(coef)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        clipped_step(list(self.module.parameters()), self.optimizer, self.cfg.grad_clip, grad_norm)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full model weights (CPU copies) for the rollout engine; whole-model mode only."""

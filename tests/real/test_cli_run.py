@@ -50,6 +50,10 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
      ["iterations", ">= 1"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--resume"],
      ["resume", "checkpoint directory"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines", "vllm"],
+     ["--engines", "KIND=ENGINE"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines",
+      "generation=vllm"], ["engines.generation", "cuda"]),
 ])
 def test_run_bad_input(capsys, tmp_path, argv, fragments):
     code, _, err = run(capsys, "run", *argv, "--trace", str(tmp_path / "t.json"))
