@@ -6,8 +6,12 @@ A100s 8-23 (tp 4, pp 2, dp 2).
 
 Three rates:
 - cold: a fresh CostModel per estimate, on a plan never seen before (random data weights per
-  replica), so only cluster-level link facts (collective links, replica hardware, DP-group and
-  fan-in links of device grids) and workload-level facts (length statistics, stage shapes) are
+  replica; or equal weights and devices shuffled within each group), so only cluster-level link
+  facts (collective links, replica hardware, DP-group and fan-in links of device grids; collective
+  links and replica hardware also for device sets renamed within nodes of interchangeable
+  devices), workload-level facts (length statistics, stage shapes) and constants of (stage
+  shapes, replica hardware) or of a layout that do not depend on a replica's sequence count
+  (prefill and stage factors, drain arrays, tasklet memory rows per clamped batch inputs) are
   reused;
 - warm-task: new plans whose placements were all seen before: one CostModel, the plan-level memo
   bypassed (``CostModel._estimate``), every task, memory (per placement and per task group) and

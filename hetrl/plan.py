@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 from hetrl import __version__
@@ -51,7 +52,16 @@ class TaskPlacement:
     @cached_property
     def device_ids(self) -> tuple[int, ...]:
         """All devices of the task, replica-major, then stage, then tp rank."""
-        return tuple(d for replica in self.devices for stage in replica for d in stage)
+        return tuple(chain.from_iterable(chain.from_iterable(self.devices)))
+
+    @cached_property
+    def device_array(self) -> Any:
+        """:attr:`device_ids` as a read-only numpy array (the cost model's index arrays)."""
+        import numpy as np
+
+        out = np.array(self.device_ids)
+        out.setflags(write=False)
+        return out
 
     def replica(self, i: int) -> tuple[tuple[int, ...], ...]:
         return self.devices[i]

@@ -31,6 +31,8 @@ from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
     PARTS,
     ReplicaCost,
+    forward_engine,
+    generation_engine,
     generation_replica,
     inference_replica,
     training_replica,
@@ -86,7 +88,7 @@ class Estimate:
         }
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class _PlacementMemory:
     """Bytes per device of one placement, over all devices of the cluster (0 where unused).
     """
@@ -101,7 +103,7 @@ class _PlacementMemory:
     device_set: frozenset[int]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class _PlanMemory:
     """The memory per device of a plan or of one of its task groups (bytes, arrays over all
     devices): ``copies`` the weights of each model copy (added in the order of ``copy_names``),
@@ -117,7 +119,7 @@ class _PlanMemory:
     placements: list[_PlacementMemory]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class _GroupResult:
     """One task group's memory answer: its devices, (device, message) memory violations, (device,
     peak GB) in device order, and the generation task's result if the group holds it."""
@@ -128,12 +130,20 @@ class _GroupResult:
     generation: _TaskResult | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _TaskResult:
     seconds: float
     parts: dict[str, float]
     violations: tuple[str, ...]
     concurrency: int = 0
+
+
+#: Workload- and cluster-level facts of a (workload, cluster, params), shared by the CostModels
+#: built for them (keyed by identity; each entry holds its keys, so an id is never reused).
+_STATIC: dict[tuple[int, int, int], tuple] = {}
+#: Per-device bytes of a layout's tasklets per (kind, stage shapes, dp, tp, per-replica batch
+#: inputs, lengths, params, recompute, micro-batch size, sequences): see CostModel._slot_bytes.
+_SLOTS: dict[Any, np.ndarray] = {}
 
 
 class CostModel:
@@ -144,22 +154,37 @@ class CostModel:
         self.workload = workload
         self.cluster = cluster
         self.params = params
-        self.L: LengthStats = length_stats(workload)
         self.evaluations = 0
         self._hw: dict[Any, ReplicaHW] = {}
-        self._shapes: dict[Any, tuple[StageShape, ...]] = {}
         self._replica: dict[Any, ReplicaCost] = {}
         self._memory: dict[Any, _PlacementMemory] = {}
         self._tasks: dict[Any, _TaskResult] = {}
         self._tasklevel: dict[Any, Any] = {}
         self._plans: dict[Any, Estimate] = {}
         self._sync: dict[Any, float] = {}
-        self._mem_bytes = cluster.topology.memory_bytes * params.usable_memory_fraction
-        #: per task: (kind, role, model copy name); the workflow's stages as task names
-        self._info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
-        self._stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
-        self._copy_groups: dict[Any, Any] = {}
         self._groups: dict[Any, _GroupResult] = {}
+        self._makespan: dict[Any, Any] = {}
+        static = _STATIC.get((id(workload), id(cluster), id(params)))
+        if static is None or static[0] is not workload or static[1] is not cluster \
+                or static[2] is not params:
+            mem_bytes = cluster.topology.memory_bytes * params.usable_memory_fraction
+            mem_bytes.setflags(write=False)
+            #: per task: (kind, role, model copy name); the workflow's stages as task names
+            info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
+            stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
+            static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
+                      {}, {})
+            if len(_STATIC) >= 64:
+                _STATIC.clear()
+            _STATIC[id(workload), id(cluster), id(params)] = static
+        self.L: LengthStats = static[3]
+        self._mem_bytes = static[4]
+        self._info = static[5]
+        self._stages = static[6]
+        #: the copies and groups of a task layout, the stage shapes of a (role, layout):
+        #: workload-level facts, shared
+        self._copy_groups: dict[Any, Any] = static[7]
+        self._shapes = static[8]
 
     # --- building blocks (memoised) ---
     def shapes(self, task: str, p: TaskPlacement) -> tuple[StageShape, ...]:
@@ -196,23 +221,51 @@ class CostModel:
         shapes = self.shapes(p.task, p)
         mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
+        # per replica the inputs its bytes depend on: none (generation), the micro-batch's
+        # sequences (inference), and for training also the micro-batches in flight (at most pp)
+        if kind == "generation":
+            keys: Any = None
+        elif kind == "inference":
+            keys = tuple([min(float(mbs), max(n_total * share, 1.0)) for share in p.data_shares])
+        else:
+            keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
+                          for n in [n_total * share for share in p.data_shares]])
+        slots = _SLOTS.get((kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute,
+                            mbs, n_total))
+        if slots is None:
+            slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
+        flat = p.device_array
+        dense = np.zeros((5, self.cluster.num_devices))
+        dense[:, flat] = slots
+        out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3], dense[4] > 0,
+                               frozenset(p.device_ids))
+        self._memory[p] = out
+        return out
+
+    def _slot_bytes(self, p: TaskPlacement, kind: str, shapes: tuple[StageShape, ...],
+                    keys: Any, mbs: int, n_total: float) -> np.ndarray:
+        """(weights, states, working, KV bytes of an average sequence, 1) per device of ``p``'s
+        grid (5 x devices, in device-id order of the grid). A pure function of the layout and
+        of each replica's batch inputs ``keys``: memoised across cost models (``_SLOTS``)."""
+        wl = self.workload
         kv_seq = [shape.kv_bytes_per_token * self.L.seq_mean for shape in shapes]
         per_slot: list[tuple[float, float, float, float, float]] = []  # one per (replica, stage)
-        seen: dict[float, list[tuple[float, float, float, float, float]]] = {}
-        for share in p.data_shares:
-            rows = seen.get(share)
+        seen: dict[Any, list[tuple[float, float, float, float, float]]] = {}
+        for i, share in enumerate(p.data_shares):
+            key = None if keys is None else keys[i]
+            rows = seen.get(key)
             if rows is None:
                 rows = [(*task_memory_bytes(kind, shape, j, p.pp, p.dp, n_total * share, mbs,
                                             self.L, self.params, wl.recompute), kv_seq[j], 1.0)
                         for j, shape in enumerate(shapes)]
-                seen[share] = rows
+                seen[key] = rows
             per_slot += rows
-        flat = np.array(p.device_ids)
-        dense = np.zeros((5, self.cluster.num_devices))
-        dense[:, flat] = np.repeat(np.array(per_slot), p.tp, axis=0).T
-        out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3], dense[4] > 0,
-                               frozenset(p.device_ids))
-        self._memory[p] = out
+        out = np.repeat(np.array(per_slot), p.tp, axis=0).T.copy()
+        out.setflags(write=False)
+        if len(_SLOTS) >= 100_000:
+            _SLOTS.clear()
+        _SLOTS[kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute, mbs,
+               n_total] = out
         return out
 
     # --- tasks ---
@@ -227,16 +280,18 @@ class CostModel:
             return out
         worst: ReplicaCost | None = None
         violations: list[str] = []
+        hw_of, L, params = self.hw, self.L, self.params
+        samples, max_conc = self.workload.samples, self.workload.gen_max_concurrency
+        engines: dict[int, Any] = {}  # per replica hardware (often shared by replicas)
         for share, replica, budget in zip(p.data_shares, p.devices, budgets, strict=True):
-            hw = self.hw(replica)
-            n = self.workload.samples * share
-            rkey = ("gen", shapes, hw, round(n, 6), budget)
-            rc = self._replica.get(rkey)
-            if rc is None:
-                rc = generation_replica(shapes, hw, n, budget, self.L,
-                                        self.workload.gen_max_concurrency, self.params)
-                self._replica[rkey] = rc
-            violations += [f"actor_generation replica {replica[0][0]}..: {v}" for v in rc.violations]
+            hw = hw_of(replica)
+            engine = engines.get(id(hw))
+            if engine is None:
+                engine = engines[id(hw)] = generation_engine(shapes, hw, L, params)
+            rc = engine.replica(samples * share, budget, max_conc)
+            if rc.violations:
+                violations += [f"actor_generation replica {replica[0][0]}..: {v}"
+                               for v in rc.violations]
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
         assert worst is not None
@@ -359,7 +414,7 @@ class CostModel:
         key = ("stage_index", p)
         out = self._tasklevel.get(key)
         if out is None:
-            out = (np.array(p.device_ids), np.arange(0, len(p.device_ids), p.tp))
+            out = (p.device_array, np.arange(0, len(p.device_ids), p.tp))
             self._tasklevel[key] = out
         return out
 
@@ -387,14 +442,16 @@ class CostModel:
         shapes = self.shapes(p.task, p)
         steps = wl.optimizer_steps if kind == "training" else 1
         worst: ReplicaCost | None = None
+        hw_of, samples, L, params = self.hw, wl.samples, self.L, self.params
+        mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+        engines: dict[int, Any] = {}  # per replica hardware (often shared by replicas)
         for share, replica in zip(p.data_shares, p.devices, strict=True):
-            hw = self.hw(replica)
-            n = wl.samples * share / steps
-            key = (kind, shapes, hw, round(n, 6))
-            rc = self._replica.get(key)
-            if rc is None:
-                rc = self._forward_replica(kind, shapes, hw, n)
-                self._replica[key] = rc
+            hw = hw_of(replica)
+            engine = engines.get(id(hw))
+            if engine is None:
+                engine = engines[id(hw)] = forward_engine(kind, shapes, hw, L, params, mbs,
+                                                          wl.recompute)
+            rc = engine.replica(samples * share / steps)
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
         assert worst is not None
@@ -431,7 +488,11 @@ class CostModel:
                                         hbm, params.efficiency(gpu, "hbm")))
         dp_s = 0.0
         if p.dp > 1:
+            done = set()  # DP groups of a stage often have equal links: price each once
             for j, gpu, g in groups:
+                if (j, gpu, g) in done:
+                    continue
+                done.add((j, gpu, g))
                 shape = shapes[j]
                 eff = params.efficiency(gpu, "link")
                 t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
@@ -512,7 +573,7 @@ class CostModel:
         memory = self._memory
         devices = {p.task: memory[p].device_set for p in plan.placements}
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
-                                   self.params.eta)
+                                   self.params.eta, self._makespan)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
         tasks[WEIGHT_SYNC] = sync_s
         parts = {t: r.parts for t, r in results.items()}

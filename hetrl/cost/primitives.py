@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,9 +67,87 @@ def _ring(lat: list[list[float]], bw: list[list[float]], order: list[int]) -> tu
 
 def group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
     """Collective link facts of ``devices`` (order-independent: the ring goes node by node).
-    Memoised per cluster."""
-    return cluster.topology.memoised("group_links", devices,
-                                     lambda: _group_links(cluster, devices))
+    Memoised per cluster (and per class of symmetric device sets, see :func:`symmetric_memo`)."""
+    return symmetric_memo(cluster, "group_links", (devices,), _group_links)
+
+
+def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any,
+                   extra: tuple = ()) -> Any:
+    """``compute(cluster, *devices, *extra)`` memoised per cluster, where ``devices`` is a tuple
+    of (nested tuples of) device ids, on the key and on its canonical form under the cluster's
+    symmetry: where every node's devices are interchangeable (same GPU, same links to every other
+    device), renaming devices within their nodes is an automorphism of the topology, so a pure
+    function of the topology and the device ids gives the same answer for ``devices`` and for
+    ``devices`` renamed, in order of first appearance, to each node's lowest ids. The answer must
+    hold no device ids (link and hardware facts only)."""
+    cache = cluster.topology.memo.setdefault(kind, {})
+    key = (devices, extra)
+    out = cache.get(key)
+    if out is None:
+        sym = _symmetry(cluster)
+        canon = devices if sym is None else _rename(devices, sym[0], sym[1], {}, {})
+        out = cache.get((canon, extra))
+        if out is None:
+            out = compute(cluster, *canon, *extra)
+            cache[canon, extra] = out
+        cache[key] = out
+    return out
+
+
+def _rename(devices: tuple, node_of: list[int], members: list[list[int]], names: dict[int, int],
+            used: dict[int, int]) -> tuple:
+    """``devices`` (nested tuples of ids) with each device renamed to the next unused device of
+    its node (one renaming ``names`` for the whole key, so equal devices stay equal)."""
+    out = []
+    for x in devices:
+        if type(x) is tuple:
+            out.append(_rename(x, node_of, members, names, used))
+            continue
+        name = names.get(x)
+        if name is None:
+            node = node_of[x]
+            i = used.get(node, 0)
+            used[node] = i + 1
+            name = names[x] = members[node][i]
+        out.append(name)
+    return tuple(out)
+
+
+def _symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | None:
+    """(node of each device, each node's devices in id order) if every node's devices are
+    interchangeable and no two GPU types share a peak FLOP rate (the hardware facts break ties
+    between a stage's slowest devices by id), else None. Memoised per cluster."""
+    memo = cluster.topology.memo.setdefault("symmetry", {})
+    if "value" not in memo:
+        memo["value"] = _find_symmetry(cluster)
+    return memo["value"]
+
+
+def _find_symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | None:
+    topo = cluster.topology
+    node_of = [int(n) for n in topo.node_of]
+    members: list[list[int]] = [[] for _ in range(int(max(node_of)) + 1)]
+    for d, n in enumerate(node_of):
+        members[n].append(d)
+    flops_of: dict[float, str] = {}
+    for d, dev in enumerate(cluster.devices):
+        if flops_of.setdefault(float(topo.flops[d]), dev.gpu.name) != dev.gpu.name:
+            return None
+    per_device = [topo.flops, topo.hbm_Bps, topo.memory_bytes]
+    mats = [topo.latency_s, topo.bandwidth_Bps]
+    idx = np.arange(len(node_of))
+    for devs in members:
+        r = devs[0] if devs else 0
+        for a in devs[1:]:
+            if cluster.devices[a].gpu.name != cluster.devices[r].gpu.name:
+                return None
+            perm = idx.copy()
+            perm[a], perm[r] = r, a
+            if any(v[a] != v[r] for v in per_device):
+                return None
+            if any(not np.array_equal(m[np.ix_(perm, perm)], m) for m in mats):
+                return None
+    return node_of, members
 
 
 def _group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
@@ -92,7 +171,8 @@ def _group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
 
 
 def _log2(n: int) -> int:
-    return max(1, math.ceil(math.log2(n)))
+    """ceil(log2(n)), at least 1 (integer arithmetic: exact, and cheap in hot loops)."""
+    return max(1, (int(n) - 1).bit_length())
 
 
 def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
@@ -164,3 +244,24 @@ def all_reduce_time_vec(nbytes: np.ndarray, g: GroupLinks, efficiency: float) ->
                            2 * _log2(k) * g.inter_latency_s + (2 / m / xbw) * nbytes)
         best = np.minimum(best, intra + inter)
     return np.where(nbytes > 0, best, 0.0)
+
+
+def all_reduce_pieces(g: GroupLinks, efficiency: float) -> list[tuple[float, float]]:
+    """:func:`all_reduce_time` as affine pieces: for ``nbytes`` > 0 the time is the smallest
+    ``a + b * nbytes`` over the (a, b) returned (no pieces: a single device, time 0)."""
+    n = g.n
+    if n <= 1:
+        return []
+    bw = g.ring_Bps * efficiency
+    out = [(2 * (n - 1) * g.ring_latency_s, 2 * (n - 1) / n / bw),
+           (2 * _log2(n) * g.ring_latency_s, 2 / bw)]
+    if g.nodes > 1 and g.per_node >= 1:
+        k, m = g.nodes, g.per_node
+        ia, ib = 0.0, 0.0
+        if m > 1:
+            ibw = g.intra_Bps * efficiency
+            ia, ib = 2 * (m - 1) * g.intra_latency_s, 2 * (m - 1) / m / ibw
+        xbw = g.inter_Bps * efficiency
+        out.append((ia + 2 * (k - 1) * g.inter_latency_s, ib + 2 * (k - 1) / k / m / xbw))
+        out.append((ia + 2 * _log2(k) * g.inter_latency_s, ib + 2 / m / xbw))
+    return out

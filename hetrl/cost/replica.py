@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetrl.cost.primitives import GroupLinks, group_links
+from hetrl.cost.primitives import GroupLinks, group_links, symmetric_memo
 from hetrl.spec.cluster import ClusterSpec
 
 
@@ -38,8 +38,9 @@ class ReplicaHW:
 
 
 def replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:
-    """The replica's hardware (memoised per cluster: a pure function of the device grid)."""
-    return cluster.topology.memoised("replica_hw", replica, lambda: _replica_hw(cluster, replica))
+    """The replica's hardware (memoised per cluster: a pure function of the device grid, the
+    same for device grids renamed within nodes of interchangeable devices)."""
+    return symmetric_memo(cluster, "replica_hw", (replica,), _replica_hw)
 
 
 def _replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:

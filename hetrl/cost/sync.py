@@ -12,6 +12,8 @@ time is the largest of the slowest single pull and every node's bytes in or out 
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from hetrl.cost.flops import StageShape
@@ -23,7 +25,7 @@ from hetrl.spec.cluster import ClusterSpec
 def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
                      cluster: ClusterSpec, params: CostParams, shared_in_place: bool) -> float:
     """Seconds to move the actor's new weights into the generation engine."""
-    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place)[0]
+    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place, False)[0]
 
 
 def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
@@ -31,12 +33,65 @@ def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tr
                       ) -> tuple[list[tuple[int, int, float]], list[tuple[int, float]]]:
     """The transfers a weight sync makes: (source, destination, bytes) pulls between devices and
     (device, seconds) local copies -- what the simulator replays."""
-    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place)[1:]
+    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place, True)[1:]
+
+
+def _device_factors(cluster: ClusterSpec, params: CostParams
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device its link efficiency and its effective HBM bandwidth (bytes/s) under ``params``,
+    and the latency and bandwidth matrices side by side (memoised per cluster: pure functions of the
+    devices' GPU types and the topology)."""
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        names = [d.gpu.name for d in cluster.devices]
+        link = np.array([params.efficiency(g, "link") for g in names])
+        hbm = cluster.topology.hbm_Bps * np.array([params.efficiency(g, "hbm") for g in names])
+        lat_bw = np.hstack([cluster.topology.latency_s, cluster.topology.bandwidth_Bps])
+        for a in (link, hbm, lat_bw):
+            a.setflags(write=False)
+        return link, hbm, lat_bw
+    return cluster.topology.memoised("sync_device_factors", params, compute)
+
+
+def _spread(near: np.ndarray, pull: np.ndarray, sizes: list[float]) -> list[int]:
+    """The source each destination (column of ``near``) pulls from: among its near sources, the
+    least loaded so far (bytes sent), the first in source order on ties; destinations in order."""
+    n_src, n_dst = near.shape
+    if (near == near[:, :1]).all():  # every destination has the same near sources: a heap
+        cands = np.flatnonzero(near[:, 0]).tolist()
+        if len(cands) == 1:
+            return cands * n_dst
+        if min(sizes) == max(sizes):  # equal sizes: the least loaded goes round in source order
+            return (cands * (n_dst // len(cands) + 1))[:n_dst]
+        heap = [(0.0, i) for i in cands]
+        heapq.heapify(heap)
+        choices = []
+        for size in sizes:
+            sent, i = heap[0]
+            choices.append(i)
+            heapq.heapreplace(heap, (sent + size, i))
+        return choices
+    sent = [0.0] * n_src
+    near_count = near.sum(axis=0).tolist()
+    cols, rows = np.nonzero(near.T)  # the near sources of each destination, in source order
+    rows_list = rows.tolist()
+    choices = np.argmin(pull, axis=0).tolist()
+    start = 0
+    for k, count in enumerate(near_count):
+        if count == 1:
+            choice = choices[k]
+        else:
+            choice = min(rows_list[start:start + count], key=sent.__getitem__)
+            choices[k] = choice
+        start += count
+        sent[choice] += sizes[k]
+    return choices
 
 
 def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
-                 cluster: ClusterSpec, params: CostParams, shared_in_place: bool
+                 cluster: ClusterSpec, params: CostParams, shared_in_place: bool,
+                 transfers: bool = True
                  ) -> tuple[float, list[tuple[int, int, float]], list[tuple[int, float]]]:
+    """(seconds, pulls, local copies); ``transfers`` False skips building the two lists."""
     if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage:
         if shared_in_place:
             return 0.0, [], []
@@ -46,54 +101,53 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
                  for d in stage]
         return max(t for _, t in local), [], local
     topo = cluster.topology
-    src = np.array(train.device_ids)
-    dst = np.array(gen.device_ids)
-    shapes_of = [s for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
-                 for _ in stage]
-    nbytes = np.array([s.weight_bytes for s in shapes_of])
-    eff = np.array([params.efficiency(cluster.devices[d].gpu.name, "link") for d in dst.tolist()])
-    bw = topo.bandwidth_Bps[np.ix_(src, dst)]
-    lat = topo.latency_s[np.ix_(src, dst)]
+    link_eff, hbm_eff, lat_bw = _device_factors(cluster, params)
+    src = train.device_array
+    dst = gen.device_array
+    # weight bytes per destination: its stage's shard (devices are replica, stage, rank major)
+    tp = gen.tp
+    nbytes = np.array([s.weight_bytes for s in gen_shapes for _ in range(tp)] * gen.dp)
+    eff = link_eff[dst]
+    n_all = lat_bw.shape[0]
+    rows = lat_bw[src]  # (source, [latency to every device, bandwidth to every device])
+    lat, bw = rows[:, dst], rows[:, dst + n_all]
     with np.errstate(divide="ignore"):
-        pull = lat + nbytes[None, :] / (bw * eff[None, :])
+        pull = lat + nbytes / (bw * eff)
     # A device that also trains holds a shard of another layout: it fetches its generation shard
     # from another training device (conservative: no partial reuse) -- unless it trains a whole
     # replica (tp = pp = 1) and so holds every weight: then a local copy.
-    own = src[:, None] == dst[None, :]
-    if train.tp == 1 and train.pp == 1:
-        hbm = np.array([topo.hbm_Bps[d] * params.efficiency(cluster.devices[d].gpu.name, "hbm")
-                        for d in dst.tolist()])
-        pull = np.where(own, (2 * nbytes / hbm)[None, :], pull)
-    else:
-        pull[own] = np.inf
+    if not frozenset(train.device_ids).isdisjoint(gen.device_ids):
+        own = src[:, None] == dst
+        if train.tp == 1 and train.pp == 1:
+            pull = np.where(own, 2 * nbytes / hbm_eff[dst], pull)
+        else:
+            pull[own] = np.inf
     # Each destination pulls from a quickest source; among sources within 1% of the quickest,
     # the least loaded so far (pulls spread over the training devices).
-    best = np.argmin(pull, axis=0)
-    near = pull <= pull.min(axis=0) * 1.01
-    near_count = near.sum(axis=0)
-    if (near_count > 1).any():  # ties: spread greedily (plain lists: this loop is hot)
-        sent = [0.0] * src.size
-        sizes = nbytes.tolist()
-        cols, rows = np.nonzero(near.T)  # the near sources of each destination, in source order
-        cands: list[list[int]] = [[] for _ in range(dst.size)]
-        for k, i in zip(cols.tolist(), rows.tolist(), strict=True):
-            cands[k].append(i)
-        choices = best.tolist()
-        for k, near_k in enumerate(cands):
-            choice = choices[k] if len(near_k) == 1 else min(near_k, key=sent.__getitem__)
-            choices[k] = choice
-            sent[choice] += sizes[k]
-        best = np.array(choices)
+    quickest = pull.min(axis=0)
+    near = pull <= quickest * 1.01
     cols = np.arange(dst.size)
-    worst = float(pull[best, cols].max())
+    if near.sum() > dst.size:  # ties: spread greedily
+        best = np.array(_spread(near, pull, nbytes.tolist()))
+        worst = float(pull[best, cols].max())
+    else:
+        best = np.argmin(pull, axis=0)
+        worst = float(quickest.max())  # the quickest pull of each destination
     sdev = src[best]
-    a, b = topo.node_of[sdev], topo.node_of[dst]
+    node_of = topo.node_of
+    a, b = node_of[sdev], node_of[dst]
     off = (a != b) & (sdev != dst)
-    n_nodes = topo.nic_Bps.size
-    node_out = np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
-    node_in = np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
-    nic = topo.uplink_Bps * float(eff.min())
+    if off.any():
+        nic = topo.uplink_Bps * float(eff.min())
+        n_nodes = topo.nic_Bps.size
+        node_out = np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
+        node_in = np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
+        worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
+    else:
+        worst = max(worst, 0.0)
+    if not transfers:
+        return worst, [], []
     pulls = [(int(sdev[k]), int(dst[k]), float(nbytes[k])) for k in range(dst.size)
              if sdev[k] != dst[k]]
     local = [(int(dst[k]), float(pull[best[k], k])) for k in range(dst.size) if sdev[k] == dst[k]]
-    return max(worst, float((node_out / nic).max()), float((node_in / nic).max())), pulls, local
+    return worst, pulls, local

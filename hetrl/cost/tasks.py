@@ -7,13 +7,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.params import CostParams
-from hetrl.cost.primitives import all_reduce_time, all_reduce_time_vec, p2p_time
+from hetrl.cost.primitives import (
+    all_reduce_pieces,
+    all_reduce_time,
+    all_reduce_time_vec,
+    p2p_time,
+)
 from hetrl.cost.replica import ReplicaHW
 
 PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead")
@@ -47,54 +53,113 @@ def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
     Each decode step costs, per stage, max(weights + KV bytes / HBM, FLOPs / peak) plus TP
     all-reduces, plus stage-to-stage sends and a fixed per-step overhead.
     """
-    h = shapes[0].model.hidden
-    bpv = shapes[0].bytes_per_value
-    violations = []
-    seq_tokens = L.prompt_mean + L.response_mean
-    cap = max_concurrency
-    for j, (s, budget) in enumerate(zip(shapes, kv_budget, strict=True)):
-        need_one = s.kv_bytes_per_token * (L.prompt_max + L.response_max)
-        if budget < need_one:
-            violations.append(
-                f"stage {j} ({hw.stages[j].gpu}): KV cache budget {budget / 1e9:.2f} GB < "
-                f"{need_one / 1e9:.2f} GB for one max-length sequence")
-        cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * seq_tokens)))
-    B = max(cap, 1)
-    m = min(n, B)
-    if n <= 0:
-        return ReplicaCost(0.0, _parts(), B, tuple(violations))
+    return generation_engine(shapes, hw, L, params).replica(n, kv_budget, max_concurrency)
 
-    # Prefill: compute-bound, in chunks of prefill_chunk_tokens, stage after stage.
-    ptoks = n * L.prompt_mean
-    chunks = max(1, math.ceil(ptoks / params.prefill_chunk_tokens))
-    chunk_tok = ptoks / chunks
-    pre_c, pre_h, pre_tp = 0.0, 0.0, 0.0
-    p_sq = L.prompt_mean ** 2  # E[p^2] >= mean^2; prefill is a small term
-    for s, st in zip(shapes, hw.stages, strict=True):
-        fl = ptoks * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * n * p_sq / 2
-        c = fl / (st.flops * params.efficiency(st.gpu, "infer_flops"))
-        hb = chunks * s.weight_bytes / (st.hbm_Bps * params.efficiency(st.gpu, "hbm"))
-        tp = chunks * 2 * s.layers * all_reduce_time(chunk_tok * h * bpv, st.tp,
-                                                     params.efficiency(st.gpu, "link"))
-        pre_c += c if c >= hb else 0.0
-        pre_h += hb if hb > c else 0.0
-        pre_tp += tp
-    link_eff = params.efficiency(hw.stages[0].gpu, "link")
-    # a boundary's bandwidth already counts its tp ranks sending their slices in parallel
-    pre_pp = chunks * sum(p2p_time(chunk_tok * h * bpv, lat, bw, link_eff)
-                          for lat, bw in hw.boundaries)
-    # Saturated phase: (n - B) * mean / B steps of B sequences at the mean running context.
-    sat_steps = max(n - B, 0.0) * L.response_mean / B
-    sc, sm, stp, spp, _ = _decode_steps(shapes, hw, float(B), L, params, saturated=True)
-    # Drain phase: the last m sequences (memoised: it does not depend on n once n >= B).
-    dc, dm, dtp, dpp, dsteps = _decode_steps(shapes, hw, float(m), L, params, saturated=False)
-    compute = pre_c + sat_steps * sc + dc
-    hbm = pre_h + sat_steps * sm + dm
-    tp = pre_tp + sat_steps * stp + dtp
-    pp = pre_pp + sat_steps * spp + dpp
-    overhead = (sat_steps + dsteps) * params.decode_step_overhead_s
-    parts = _parts(compute=compute, hbm=hbm, tp=tp, pp=pp, overhead=overhead)
-    return ReplicaCost(sum(parts.values()), parts, B, tuple(violations))
+
+def generation_engine(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
+                      params: CostParams) -> _GenerationEngine:
+    """The generation costs of one layout on one replica's hardware as a function of the
+    sequence count (memoised: its n-independent terms are computed once)."""
+    key = ("gen", shapes, hw, L, params)
+    out = _CONSTS.get(key)
+    if out is None:
+        out = _GenerationEngine(shapes, hw, L, params)
+        if len(_CONSTS) < 100_000:
+            _CONSTS[key] = out
+    return out
+
+
+class _GenerationEngine:
+    """:func:`generation_replica` with its n-independent terms computed once: per stage the
+    prefill factors, per KV budget the concurrency and violations, per concurrency the saturated
+    step, per drain size the drain (up to a bound)."""
+
+    def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
+                 params: CostParams):
+        self.shapes, self.hw, self.L, self.params = shapes, hw, L, params
+        eff = params.efficiency
+        self.stages = [(s.matmul_flops_per_token, s.attn_flops_per_token_ctx,
+                        st.flops * eff(st.gpu, "infer_flops"), s.weight_bytes,
+                        st.hbm_Bps * eff(st.gpu, "hbm"), s.layers, st.tp, eff(st.gpu, "link"))
+                       for s, st in zip(shapes, hw.stages, strict=True)]
+        self.link_eff = eff(hw.stages[0].gpu, "link")
+        self.h, self.bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
+        self.p_sq = L.prompt_mean ** 2  # E[p^2] >= mean^2; prefill is a small term
+        self.concurrency: dict[Any, tuple[int, tuple[str, ...]]] = {}
+        self.saturated: dict[float, tuple[float, float, float, float, float]] = {}
+        self.drain: dict[float, tuple[float, float, float, float, float]] = {}
+
+    def _concurrency(self, kv_budget: tuple[float, ...],
+                     max_concurrency: int) -> tuple[int, tuple[str, ...]]:
+        L, hw = self.L, self.hw
+        violations = []
+        seq_tokens = L.prompt_mean + L.response_mean
+        cap = max_concurrency
+        for j, (s, budget) in enumerate(zip(self.shapes, kv_budget, strict=True)):
+            need_one = s.kv_bytes_per_token * (L.prompt_max + L.response_max)
+            if budget < need_one:
+                violations.append(
+                    f"stage {j} ({hw.stages[j].gpu}): KV cache budget {budget / 1e9:.2f} GB < "
+                    f"{need_one / 1e9:.2f} GB for one max-length sequence")
+            cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * seq_tokens)))
+        return max(cap, 1), tuple(violations)
+
+    def replica(self, n: float, kv_budget: tuple[float, ...], max_concurrency: int) -> ReplicaCost:
+        key = (kv_budget, max_concurrency)
+        conc = self.concurrency.get(key)
+        if conc is None:
+            conc = self._concurrency(kv_budget, max_concurrency)
+            if len(self.concurrency) < 4096:
+                self.concurrency[key] = conc
+        B, violations = conc
+        m = min(n, B)
+        if n <= 0:
+            return ReplicaCost(0.0, _parts(), B, violations)
+        L, params, h, bpv = self.L, self.params, self.h, self.bpv
+
+        # Prefill: compute-bound, in chunks of prefill_chunk_tokens, stage after stage.
+        ptoks = n * L.prompt_mean
+        chunks = max(1, math.ceil(ptoks / params.prefill_chunk_tokens))
+        chunk_tok = ptoks / chunks
+        pre_c, pre_h, pre_tp = 0.0, 0.0, 0.0
+        p_sq = self.p_sq
+        msg = chunk_tok * h * bpv
+        for mfpt, afpc, flops_rate, wb, hbm_rate, layers, g, tp_eff in self.stages:
+            fl = ptoks * mfpt + afpc * n * p_sq / 2
+            c = fl / flops_rate
+            hb = chunks * wb / hbm_rate
+            tp = chunks * 2 * layers * all_reduce_time(msg, g, tp_eff)
+            pre_c += c if c >= hb else 0.0
+            pre_h += hb if hb > c else 0.0
+            pre_tp += tp
+        # a boundary's bandwidth already counts its tp ranks sending their slices in parallel
+        link_eff = self.link_eff
+        pre_pp = chunks * sum(p2p_time(msg, lat, bw, link_eff) for lat, bw in self.hw.boundaries)
+        # Saturated phase: (n - B) * mean / B steps of B sequences at the mean running context.
+        sat_steps = max(n - B, 0.0) * L.response_mean / B
+        sat = self.saturated.get(B)
+        if sat is None:
+            sat = self.saturated[B] = _decode_steps(self.shapes, self.hw, float(B), L, params,
+                                                    saturated=True)
+        sc, sm, stp, spp, _ = sat
+        # Drain phase: the last m sequences (memoised: it does not depend on n once n >= B).
+        drain = self.drain.get(m)
+        if drain is None:
+            drain = _drain(self.shapes, self.hw, float(m), L, params)
+            if len(self.drain) < 4096:
+                self.drain[m] = drain
+        dc, dm, dtp, dpp, dsteps = drain
+        compute = pre_c + sat_steps * sc + dc
+        hbm = pre_h + sat_steps * sm + dm
+        tp = pre_tp + sat_steps * stp + dtp
+        pp = pre_pp + sat_steps * spp + dpp
+        overhead = (sat_steps + dsteps) * params.decode_step_overhead_s
+        parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
+                 "data": 0.0, "overhead": overhead}
+        return ReplicaCost(compute + hbm + tp + pp + overhead, parts, B, violations)
+
+
+_CONSTS: dict = {}  # per (kind, shapes, replica hardware, lengths, params): n-independent terms
 
 
 @lru_cache(maxsize=8192)
@@ -107,14 +172,11 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
     h = shapes[0].model.hidden
     bpv = shapes[0].bytes_per_value
     link_eff = params.efficiency(hw.stages[0].gpu, "link")
-    if saturated:
-        batch = np.array([m])
-        ctx = np.array([L.prompt_mean + L.mean_age])
-        weight = np.ones(1)
-    else:
-        weight = L.prob_any_alive(m)
-        batch = m * L.survival / np.maximum(weight, 1e-300)
-        ctx = L.ctx
+    if not saturated:
+        return _drain(shapes, hw, m, L, params)
+    batch = np.array([m])
+    ctx = np.array([L.prompt_mean + L.mean_age])
+    weight = np.ones(1)
     comp = np.zeros_like(batch)
     mem = np.zeros_like(batch)
     tp = np.zeros_like(batch)
@@ -134,12 +196,98 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
             float(weight.sum()))
 
 
+def _drain(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthStats,
+           params: CostParams) -> tuple[float, float, float, float, float]:
+    """The drain of :func:`_decode_steps`, weighted sums taken in closed form: with w = P(any
+    alive) and batch = m P(len >= s) / w, w x batch = m P(len >= s), so a step's FLOPs, KV reads
+    and messages weigh in as m x survival x (per-sequence constants, memoised per shapes and
+    hardware); only the compute/HBM choice and the collective algorithm need the batch."""
+    consts, log_below, surv, surv_sum, lat_sum, send_coeff = _drain_consts(shapes, hw, L, params)
+    wx = np.empty((2, surv.size))  # rows: weight, m x survival (the TP pieces' two variables)
+    weight, ms = wx
+    np.exp(max(m, 1.0) * log_below, out=weight)
+    np.subtract(1.0, weight, out=weight)
+    np.multiply(m, surv, out=ms)
+    steps = float(weight.sum())
+    batch = ms / np.maximum(weight, 1e-300)
+    comp = mem = tp = 0.0
+    for margin, w_s, fk_w, kv_w_total, pieces in consts:
+        is_comp = batch * margin >= w_s  # FLOPs >= weight + KV reads
+        flops_c, kv_c = fk_w @ is_comp
+        comp += m * float(flops_c)
+        mem += w_s * (steps - float(weight @ is_comp)) + m * (kv_w_total - float(kv_c))
+        if pieces is not None:
+            tp += float((pieces @ wx).min(axis=0).sum())
+    pp = lat_sum * steps + m * send_coeff * surv_sum
+    return comp, mem, tp, pp, steps
+
+
+def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
+                  params: CostParams) -> tuple:
+    """Per stage (FLOP minus KV-read seconds per sequence per step, weight-read seconds per
+    step, survival-weighted FLOP and KV arrays stacked, the latter's total, TP all-reduce pieces
+    as rows (a, b): a x weight + b x m x survival), log P(len < s), survival, its sum, the
+    boundaries' summed latency and seconds per sequence (memoised)."""
+    key = ("drain", shapes, hw, L, params)
+    out = _CONSTS.get(key)
+    if out is not None:
+        return out
+    eff = params.efficiency
+    h, bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
+    surv, ctx = L.survival, L.ctx
+    consts = []
+    for s, st in zip(shapes, hw.stages, strict=True):
+        hbm = st.hbm_Bps * eff(st.gpu, "decode_hbm")
+        fl = (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
+            st.flops * eff(st.gpu, "decode_flops"))
+        kv = ctx * s.kv_bytes_per_token / hbm
+        pieces = [(2 * s.layers * a, 2 * s.layers * b * h * bpv)
+                  for a, b in all_reduce_pieces(st.tp, eff(st.gpu, "link"))]
+        fk_w = np.stack([surv * fl, surv * kv])
+        consts.append((fl - kv, s.weight_bytes / hbm, fk_w, float(surv @ kv),
+                       np.array(pieces) if pieces else None))
+    with np.errstate(divide="ignore"):
+        log_below = np.log(1.0 - surv)
+    link_eff = eff(hw.stages[0].gpu, "link")
+    out = (consts, log_below, surv, float(surv.sum()), sum(lat for lat, _ in hw.boundaries),
+           sum(h * bpv / (bw * link_eff) for _, bw in hw.boundaries))
+    if len(_CONSTS) < 100_000:
+        _CONSTS[key] = out
+    return out
+
+
 # --- inference and training --------------------------------------------------------------------
 
 def _micro(n: float, mbs: int) -> tuple[int, float]:
     """Micro-batch count and sequences per micro-batch for ``n`` sequences (fractional shares)."""
     count = max(1, math.ceil(n / mbs - 1e-9))
     return count, n / count
+
+
+def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
+                  params: CostParams, kind: str, flops_mult: float, tp_allreduces: int
+                  ) -> tuple[list[tuple], list[tuple[float, float, float]], int, int]:
+    """The n-independent factors of :func:`_stage_times` (memoised per shapes, hardware,
+    lengths, params and kernel kind): per stage (matmul FLOPs/token, attention FLOPs/token/ctx,
+    FLOP rate, weight-read seconds, TP all-reduces x layers, TP links, link efficiency), per
+    boundary (latency, bandwidth, link efficiency), hidden size, bytes per value."""
+    key = ("stages", shapes, hw, L, params, kind, flops_mult, tp_allreduces)
+    out = _CONSTS.get(key)
+    if out is not None:
+        return out
+    eff = params.efficiency
+    stages = [(s.matmul_flops_per_token, s.attn_flops_per_token_ctx,
+               st.flops * eff(st.gpu, kind),
+               (1 if flops_mult == 1 else 2) * s.weight_bytes / (
+                   st.hbm_Bps * eff(st.gpu, "hbm")),
+               tp_allreduces * s.layers, st.tp, eff(st.gpu, "link"))
+              for s, st in zip(shapes, hw.stages, strict=True)]
+    sends = [(lat, bw, eff(st.gpu, "link"))
+             for (lat, bw), st in zip(hw.boundaries, hw.stages, strict=False)]
+    out = (stages, sends, shapes[0].model.hidden, shapes[0].bytes_per_value)
+    if len(_CONSTS) < 100_000:
+        _CONSTS[key] = out
+    return out
 
 
 def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: LengthStats,
@@ -150,23 +298,26 @@ def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: 
     also sends the activation gradient back over its incoming boundary (same size), so a
     boundary is paid once in each direction, by the stage that sends. ``flops_mult`` 1 forward,
     3 fwd+bwd, 4 with recomputation."""
+    return _times_from(_stage_consts(shapes, hw, L, params, kind, flops_mult, tp_allreduces),
+                       seqs, L, flops_mult, backward)
+
+
+def _times_from(consts: tuple, seqs: float, L: LengthStats, flops_mult: float, backward: bool
+                ) -> tuple[list[float], list[float], list[float], list[float]]:
+    """:func:`_stage_times` from its factors (``consts``: :func:`_stage_consts`)."""
+    stages, bounds, h, bpv = consts
     tokens = seqs * L.seq_mean
-    h = shapes[0].model.hidden
-    bpv = shapes[0].bytes_per_value
+    msg = tokens * h * bpv
+    sq = L.seq_sq_mean
     comp, mem, tps, bnd = [], [], [], []
-    sends = [p2p_time(tokens * h * bpv, lat, bw, params.efficiency(st.gpu, "link"))
-             for (lat, bw), st in zip(hw.boundaries, hw.stages, strict=False)]
-    for j, (s, st) in enumerate(zip(shapes, hw.stages, strict=True)):
-        fl = flops_mult * (tokens * s.matmul_flops_per_token
-                           + s.attn_flops_per_token_ctx * seqs * L.seq_sq_mean / 2)
-        c = fl / (st.flops * params.efficiency(st.gpu, kind))
-        hb = (1 if flops_mult == 1 else 2) * s.weight_bytes / (
-            st.hbm_Bps * params.efficiency(st.gpu, "hbm"))
+    sends = [p2p_time(msg, lat, bw, eff) for lat, bw, eff in bounds]
+    last = len(sends)
+    for j, (mfpt, afpc, rate, hb, tpl, g, link_eff) in enumerate(stages):
+        c = flops_mult * (tokens * mfpt + afpc * seqs * sq / 2) / rate
         comp.append(c if c >= hb else 0.0)
         mem.append(hb if hb > c else 0.0)
-        tps.append(tp_allreduces * s.layers * all_reduce_time(
-            tokens * h * bpv, st.tp, params.efficiency(st.gpu, "link")))
-        out = sends[j] if j < len(sends) else 0.0
+        tps.append(tpl * all_reduce_time(msg, g, link_eff))
+        out = sends[j] if j < last else 0.0
         back = sends[j - 1] if backward and j > 0 else 0.0
         bnd.append(out + back)
     return comp, mem, tps, bnd
@@ -177,11 +328,7 @@ def inference_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, m
     """Forward passes over ``n`` sequences in micro-batches of ``mbs``, pipelined over stages:
     time = sum_j c_j + (m - 1) max_j c_j, with c_j a stage's micro-batch time (max(compute,
     weight reads) + TP all-reduces, 2 per layer, + the send to the next stage)."""
-    if n <= 0:
-        return ReplicaCost(0.0, _parts())
-    m, seqs = _micro(n, mbs)
-    comp, mem, tps, bnd = _stage_times(shapes, hw, seqs, L, params, "infer_flops", 1.0, 2, False)
-    return _pipeline(m, comp, mem, tps, bnd, fill_all=True)
+    return forward_engine("inference", shapes, hw, L, params, mbs, False).replica(n)
 
 
 def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mbs: int,
@@ -191,24 +338,54 @@ def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mb
     recomputation; 4 TP all-reduces per layer, 6 with recomputation; a stage sends activations
     forward over its outgoing boundary and gradients back over its incoming one). The bubble is
     (pp - 1) slowest-stage slots."""
-    if n <= 0:
-        return ReplicaCost(0.0, _parts())
-    m, seqs = _micro(n, mbs)
-    mult = 4.0 if recompute else 3.0
-    comp, mem, tps, bnd = _stage_times(shapes, hw, seqs, L, params, "train_flops", mult,
-                                       6 if recompute else 4, True)
-    return _pipeline(m, comp, mem, tps, bnd, fill_all=False)
+    return forward_engine("training", shapes, hw, L, params, mbs, recompute).replica(n)
+
+
+def forward_engine(kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
+                   params: CostParams, mbs: int, recompute: bool) -> _ForwardEngine:
+    """An inference (``kind`` "inference") or training replica's cost as a function of its
+    sequence count, with the n-independent factors computed once (memoised)."""
+    key = ("fwd", kind, shapes, hw, L, params, mbs, recompute)
+    out = _CONSTS.get(key)
+    if out is None:
+        out = _ForwardEngine(kind, shapes, hw, L, params, mbs, recompute)
+        if len(_CONSTS) < 100_000:
+            _CONSTS[key] = out
+    return out
+
+
+class _ForwardEngine:
+    """:func:`inference_replica` / :func:`training_replica` for one layout and hardware."""
+
+    def __init__(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
+                 L: LengthStats, params: CostParams, mbs: int, recompute: bool):
+        self.training = kind == "training"
+        if self.training:
+            self.mult, self.allreduces = (4.0 if recompute else 3.0), (6 if recompute else 4)
+            flops_kind = "train_flops"
+        else:
+            self.mult, self.allreduces, flops_kind = 1.0, 2, "infer_flops"
+        self.L, self.mbs = L, mbs
+        self.consts = _stage_consts(shapes, hw, L, params, flops_kind, self.mult, self.allreduces)
+
+    def replica(self, n: float) -> ReplicaCost:
+        if n <= 0:
+            return ReplicaCost(0.0, _parts())
+        m, seqs = _micro(n, self.mbs)
+        comp, mem, tps, bnd = _times_from(self.consts, seqs, self.L, self.mult, self.training)
+        return _pipeline(m, comp, mem, tps, bnd, fill_all=not self.training)
 
 
 def _pipeline(m: int, comp: list[float], mem: list[float], tps: list[float], bnd: list[float],
               fill_all: bool) -> ReplicaCost:
     per = [c + h + t + b for c, h, t, b in zip(comp, mem, tps, bnd, strict=True)]
-    k = int(np.argmax(per))
-    slow = per[k]
+    slow = max(per)
+    k = per.index(slow)  # the first slowest stage, as numpy's argmax
     pp = len(per)
     if fill_all:
-        total = sum(per) + (m - 1) * slow
-        bubble = sum(per) - slow
+        total_per = sum(per)
+        total = total_per + (m - 1) * slow
+        bubble = total_per - slow
     else:
         total = (m + pp - 1) * slow
         bubble = (pp - 1) * slow

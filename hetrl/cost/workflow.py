@@ -20,13 +20,28 @@ from collections.abc import Mapping, Sequence
 
 
 def stage_makespan(names: Sequence[str], seconds: Mapping[str, float],
-                   devices: Mapping[str, frozenset[int]], eta: float | None) -> float:
-    """Phi: the time for independent tasks ``names`` of one workflow stage."""
+                   devices: Mapping[str, frozenset[int]], eta: float | None,
+                   memo: dict | None = None) -> float:
+    """Phi: the time for independent tasks ``names`` of one workflow stage. ``memo``: a dict
+    that keeps the merge steps per (names, device sets), replayed on new times (same sums)."""
     times = [seconds[n] for n in names]
     if not times:
         return 0.0
     if eta is not None:
         return eta * max(times) + (1 - eta) * sum(times)
+    if memo is not None:
+        key = (tuple(names), tuple([devices[n] for n in names]))
+        steps = memo.get(key)
+        if steps is None:
+            steps = memo[key] = _merge_steps(names, devices)
+        sums: list[float] = []
+        for t, merged in zip(times, steps, strict=True):
+            for i in merged:
+                t += sums[i]
+            if merged:
+                sums = [s for i, s in enumerate(sums) if i not in merged]
+            sums.append(t)
+        return max(sums)
     clusters: list[tuple[set[int], float]] = []
     for name in names:
         devs, t = set(devices[name]), seconds[name]
@@ -39,11 +54,30 @@ def stage_makespan(names: Sequence[str], seconds: Mapping[str, float],
     return max(t for _, t in clusters)
 
 
+def _merge_steps(names: Sequence[str], devices: Mapping[str, frozenset[int]]
+                 ) -> list[tuple[int, ...]]:
+    """Per task of ``names`` the positions of the clusters it merges with, as
+    :func:`stage_makespan` builds them (the positions in its current list of clusters)."""
+    clusters: list[set[int]] = []
+    steps = []
+    for name in names:
+        devs = set(devices[name])
+        merged = tuple(i for i, c in enumerate(clusters) if c & devs)
+        for i in merged:
+            devs |= clusters[i]
+        clusters = [c for i, c in enumerate(clusters) if i not in merged]
+        clusters.append(devs)
+        steps.append(merged)
+    return steps
+
+
 def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float],
                    devices: Mapping[str, frozenset[int]], sync_s: float, mode: str,
-                   staleness: int, eta: float | None) -> tuple[float, float]:
-    """(iteration seconds, the sync-mode dependency chain seconds) for the given task times."""
-    spans = [stage_makespan(names, seconds, devices, eta) for names in stages]
+                   staleness: int, eta: float | None, memo: dict | None = None
+                   ) -> tuple[float, float]:
+    """(iteration seconds, the sync-mode dependency chain seconds) for the given task times
+    (``memo``: see :func:`stage_makespan`)."""
+    spans = [stage_makespan(names, seconds, devices, eta, memo) for names in stages]
     chain = sum(spans) + sync_s
     if mode == "sync":
         return chain, chain

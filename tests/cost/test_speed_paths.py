@@ -1,0 +1,151 @@
+"""The cost model's fast paths equal their plain definitions: the symmetric cluster memo, the
+closed-form generation drain, the weight sync's spreading of pulls, and memoised vs fresh
+estimates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hetrl.cost.flops import stage_shapes
+from hetrl.cost.lengths import length_stats
+from hetrl.cost.model import CostModel
+from hetrl.cost.params import DEFAULT_PARAMS
+from hetrl.cost.primitives import _group_links, _symmetry, all_reduce_time, group_links
+from hetrl.cost.replica import _replica_hw, replica_hw
+from hetrl.cost.sync import _spread
+from hetrl.cost.tasks import _drain
+from hetrl.plan import Plan, TaskGroup, make_placement
+from hetrl.spec.presets import cluster_preset, workload_preset
+
+
+@pytest.fixture(scope="module")
+def paper64():
+    return cluster_preset("paper64-multi-country")
+
+
+def _random_replica(rng, n_devices: int) -> tuple[tuple[int, ...], ...]:
+    tp, pp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 3]))
+    devs = [int(d) for d in rng.permutation(n_devices)[:tp * pp]]
+    return tuple(tuple(devs[j * tp:(j + 1) * tp]) for j in range(pp))
+
+
+def test_symmetric_memo_matches_direct(paper64):
+    assert _symmetry(paper64) is not None  # nodes of interchangeable devices
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        replica = _random_replica(rng, paper64.num_devices)
+        assert replica_hw(paper64, replica) == _replica_hw(paper64, replica)
+        for stage in replica:
+            assert group_links(paper64, stage) == _group_links(paper64, stage)
+
+
+def test_devices_renamed_within_nodes_share_one_answer(paper64):
+    # devices 24..31 are one L40S node: a replica on 24..27 and one on 31, 29, 30, 28 (the same
+    # node, other devices) have the same hardware, so the memo answers with the same object
+    a = replica_hw(paper64, ((24, 25, 26, 27),))
+    b = replica_hw(paper64, ((31, 29, 30, 28),))
+    assert a is b
+
+
+def _stepwise_drain(shapes, hw, m, L, params):
+    """The drain as a step-by-step sum (the definition in docs/cost-model.md)."""
+    h, bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
+    link_eff = params.efficiency(hw.stages[0].gpu, "link")
+    weight = L.prob_any_alive(m)
+    batch = m * L.survival / np.maximum(weight, 1e-300)
+    comp = mem = tp = pp = 0.0
+    for k, w in enumerate(weight.tolist()):
+        b, ctx = float(batch[k]), float(L.ctx[k])
+        for s, st in zip(shapes, hw.stages, strict=True):
+            hb = (s.weight_bytes + b * ctx * s.kv_bytes_per_token) / (
+                st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
+            fl = b * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
+                st.flops * params.efficiency(st.gpu, "decode_flops"))
+            comp += w * (fl if fl >= hb else 0.0)
+            mem += w * (0.0 if fl >= hb else hb)
+            tp += w * 2 * s.layers * all_reduce_time(b * h * bpv, st.tp,
+                                                     params.efficiency(st.gpu, "link"))
+        for lat, bw in hw.boundaries:
+            pp += w * (lat + b * h * bpv / (bw * link_eff))
+    return comp, mem, tp, pp, float(weight.sum())
+
+
+@pytest.mark.parametrize("m", [0.5, 3.0, 37.3, 200.0])
+def test_closed_form_drain_equals_stepwise_sum(paper64, m):
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    L = length_stats(wl)
+    rng = np.random.default_rng(int(m * 10))
+    for _ in range(4):
+        replica = _random_replica(rng, paper64.num_devices)
+        layers = [36 // len(replica)] * len(replica)
+        layers[-1] += 36 - sum(layers)
+        shapes = stage_shapes(wl.model("actor"), tuple(layers), len(replica[0]), True,
+                              wl.bytes_per_value)
+        hw = replica_hw(paper64, replica)
+        got = _drain(shapes, hw, m, L, DEFAULT_PARAMS)
+        want = _stepwise_drain(shapes, hw, m, L, DEFAULT_PARAMS)
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0)
+
+
+def _greedy(near: np.ndarray, pull: np.ndarray, sizes: list[float]) -> list[int]:
+    """Each destination in order: among its near sources the least loaded (first on ties)."""
+    sent = [0.0] * near.shape[0]
+    best = np.argmin(pull, axis=0).tolist()
+    out = []
+    for k in range(near.shape[1]):
+        cands = np.flatnonzero(near[:, k]).tolist()
+        choice = best[k] if len(cands) == 1 else min(cands, key=sent.__getitem__)
+        sent[choice] += sizes[k]
+        out.append(choice)
+    return out
+
+
+@pytest.mark.parametrize("same_columns", [True, False])
+@pytest.mark.parametrize("equal_sizes", [True, False])
+def test_spread_equals_greedy(same_columns, equal_sizes):
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n_src, n_dst = int(rng.integers(1, 9)), int(rng.integers(1, 30))
+        pull = rng.choice([1.0, 1.005, 2.0], size=(n_src, n_dst))
+        if same_columns:
+            pull[:] = pull[:, :1]
+        near = pull <= pull.min(axis=0) * 1.01
+        sizes = ([3.0] * n_dst if equal_sizes
+                 else [float(x) for x in rng.choice([1.0, 2.0, 5.0], n_dst)])
+        assert _spread(near, pull, sizes) == _greedy(near, pull, sizes)
+
+
+def test_fresh_and_shared_models_agree(paper64):
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    a100, gen = list(range(24)), list(range(24, 64))
+    inference = ("reward_inference", "reference_inference", "critic_inference")
+    training = ("actor_training", "critic_training")
+    rng = np.random.default_rng(11)
+    shared = CostModel(wl, paper64)
+    for _ in range(6):
+        def w(dp):
+            return [float(x) for x in rng.uniform(0.5, 1.5, dp)]
+        g, i, t = ([int(d) for d in rng.permutation(x)] for x in (gen, a100[:8], a100[8:]))
+        placements = [make_placement("actor_generation", g, 10, 1, 4, 36, data_weights=w(10))]
+        placements += [make_placement(x, i, 2, 1, 4, 36, data_weights=w(2)) for x in inference]
+        placements += [make_placement(x, t, 2, 2, 4, 36, data_weights=w(2)) for x in training]
+        plan = Plan((TaskGroup(("actor_generation",), tuple(gen)),
+                     TaskGroup(inference, tuple(a100[:8])), TaskGroup(training, tuple(a100[8:]))),
+                    tuple(placements))
+        assert CostModel(wl, paper64).estimate(plan).to_dict() == shared._estimate(plan).to_dict()
+
+
+def test_makespan_replay_equals_merging():
+    from hetrl.cost.workflow import stage_makespan
+
+    rng = np.random.default_rng(5)
+    memo: dict = {}
+    for _ in range(200):
+        names = [f"t{i}" for i in range(int(rng.integers(1, 6)))]
+        devices = {n: frozenset(int(d) for d in rng.choice(8, int(rng.integers(1, 4)),
+                                                          replace=False)) for n in names}
+        for _ in range(3):  # the same device sets with new times: replayed from the memo
+            seconds = {n: float(rng.uniform(0.1, 10.0)) for n in names}
+            assert (stage_makespan(names, seconds, devices, None, memo)
+                    == stage_makespan(names, seconds, devices, None))
