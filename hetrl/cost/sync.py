@@ -1,8 +1,11 @@
 """Weight sync: the new actor weights from the training devices to the generation devices.
 
-Each generation device needs its shard (the layers of its stage, split over its TP group). It
-pulls from a training device with the quickest path to it (latency + bytes / bandwidth), spreading
-pulls over equally quick sources. Free when the generation and training layouts are identical on
+Each generation device needs its shard (the layers of its stage, split over its TP group). For
+every training stage that trains some of those layers it pulls that part from a device of that
+stage with the quickest path to it (latency + bytes / bandwidth), spreading pulls over equally
+quick sources; the pulls from different stages run in parallel. (With training tp > 1 a stage's
+slice is taken from one device of the stage: the bytes are right, the sources per rank are
+approximated.) Free when the generation and training layouts are identical on
 the same devices in sync mode (the weights are shared in place); a device-local copy in async
 mode (generation keeps its own copy). A device that trains in another layout holds a different
 shard and fetches its generation shard from another training device (no partial reuse), unless
@@ -102,52 +105,101 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
         return max(t for _, t in local), [], local
     topo = cluster.topology
     link_eff, hbm_eff, lat_bw = _device_factors(cluster, params)
-    src = train.device_array
     dst = gen.device_array
-    # weight bytes per destination: its stage's shard (devices are replica, stage, rank major)
-    tp = gen.tp
-    nbytes = np.array([s.weight_bytes for s in gen_shapes for _ in range(tp)] * gen.dp)
     eff = link_eff[dst]
     n_all = lat_bw.shape[0]
-    rows = lat_bw[src]  # (source, [latency to every device, bandwidth to every device])
-    lat, bw = rows[:, dst], rows[:, dst + n_all]
-    with np.errstate(divide="ignore"):
-        pull = lat + nbytes / (bw * eff)
-    # A device that also trains holds a shard of another layout: it fetches its generation shard
-    # from another training device (conservative: no partial reuse) -- unless it trains a whole
-    # replica (tp = pp = 1) and so holds every weight: then a local copy.
-    if not frozenset(train.device_ids).isdisjoint(gen.device_ids):
-        own = src[:, None] == dst
-        if train.tp == 1 and train.pp == 1:
-            pull = np.where(own, 2 * nbytes / hbm_eff[dst], pull)
-        else:
-            pull[own] = np.inf
-    # Each destination pulls from a quickest source; among sources within 1% of the quickest,
-    # the least loaded so far (pulls spread over the training devices).
-    quickest = pull.min(axis=0)
-    near = pull <= quickest * 1.01
-    cols = np.arange(dst.size)
-    if near.sum() > dst.size:  # ties: spread greedily
-        best = np.array(_spread(near, pull, nbytes.tolist()))
-        worst = float(pull[best, cols].max())
-    else:
-        best = np.argmin(pull, axis=0)
-        worst = float(quickest.max())  # the quickest pull of each destination
-    sdev = src[best]
     node_of = topo.node_of
-    a, b = node_of[sdev], node_of[dst]
-    off = (a != b) & (sdev != dst)
-    if off.any():
+    n_nodes = topo.nic_Bps.size
+    node_out = np.zeros(n_nodes)
+    node_in = np.zeros(n_nodes)
+    worst = 0.0
+    pulls: list[tuple[int, int, float]] = []
+    local: list[tuple[int, float]] = []
+    shared = not frozenset(train.device_ids).isdisjoint(gen.device_ids)
+    for src, nbytes in _stage_needs(gen, gen_shapes, train):
+        need = nbytes > 0
+        if not need.any():
+            continue
+        rows = lat_bw[src]  # (source, [latency to every device, bandwidth to every device])
+        lat, bw = rows[:, dst], rows[:, dst + n_all]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pull = np.where(need, lat + nbytes / (bw * eff), 0.0)
+        # A device that trains this stage holds its layers: a local copy if it holds them whole
+        # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
+        # (conservative: no partial reuse).
+        if shared:
+            own = src[:, None] == dst
+            if train.tp == 1:
+                pull = np.where(own, 2 * nbytes / hbm_eff[dst], pull)
+            else:
+                pull[own] = np.inf
+        # Each destination pulls from a quickest source; among sources within 1% of the
+        # quickest, the least loaded so far (pulls spread over the stage's devices).
+        quickest = pull.min(axis=0)
+        near = pull <= quickest * 1.01
+        cols = np.arange(dst.size)
+        if near.sum() > dst.size:  # ties: spread greedily
+            best = np.array(_spread(near, pull, nbytes.tolist()))
+            worst = max(worst, float(pull[best, cols].max()))
+        else:
+            best = np.argmin(pull, axis=0)
+            worst = max(worst, float(quickest.max()))  # the quickest pull of each destination
+        sdev = src[best]
+        a, b = node_of[sdev], node_of[dst]
+        off = (a != b) & (sdev != dst) & need
+        if off.any():
+            node_out += np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
+            node_in += np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
+        if transfers:
+            pulls += [(int(sdev[k]), int(dst[k]), float(nbytes[k])) for k in range(dst.size)
+                      if need[k] and sdev[k] != dst[k]]
+            local += [(int(dst[k]), float(pull[best[k], k])) for k in range(dst.size)
+                      if need[k] and sdev[k] == dst[k]]
+    if node_out.any() or node_in.any():
         nic = topo.uplink_Bps * float(eff.min())
-        n_nodes = topo.nic_Bps.size
-        node_out = np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
-        node_in = np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
         worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
-    else:
-        worst = max(worst, 0.0)
-    if not transfers:
-        return worst, [], []
-    pulls = [(int(sdev[k]), int(dst[k]), float(nbytes[k])) for k in range(dst.size)
-             if sdev[k] != dst[k]]
-    local = [(int(dst[k]), float(pull[best[k], k])) for k in range(dst.size) if sdev[k] == dst[k]]
     return worst, pulls, local
+
+
+def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per training stage: its devices (every replica and tp rank: the sources) and the bytes each
+    generation device (in ``gen.device_array`` order) needs from it -- the part of its shard in
+    the layers that stage trains, plus the embedding / LM head where both hold it."""
+    tb = _bounds(train.layers_per_stage)
+    gb = _bounds(gen.layers_per_stage)
+    grid = np.array(train.devices)  # (dp, pp, tp)
+    out = []
+    for s in range(train.pp):
+        per_stage = [_overlap_bytes(shape, gb[g], gb[g + 1], tb[s], tb[s + 1], s == 0,
+                                    s == train.pp - 1) for g, shape in enumerate(gen_shapes)]
+        nbytes = np.array([b for b in per_stage for _ in range(gen.tp)] * gen.dp)
+        out.append((grid[:, s, :].reshape(-1), nbytes))
+    return out
+
+
+def _bounds(layers: tuple[int, ...]) -> list[int]:
+    """Layer boundaries of consecutive stages: [0, l_0, l_0 + l_1, ...]."""
+    out = [0]
+    for n in layers:
+        out.append(out[-1] + n)
+    return out
+
+
+def _overlap_bytes(shape: StageShape, lo: int, hi: int, train_lo: int, train_hi: int,
+                   train_first: bool, train_last: bool) -> float:
+    """Bytes one rank of generation stage ``shape`` (layers [lo, hi)) needs from the training
+    stage of layers [train_lo, train_hi) (``train_first``/``train_last``: it holds the embedding /
+    the final norm and head). A training stage covering the whole shard gives exactly
+    ``shape.weight_bytes``."""
+    m = shape.model
+    p = max(0, min(hi, train_hi) - max(lo, train_lo)) * m.params_per_layer
+    if shape.first and train_first:
+        p += m.vocab * m.hidden
+    if shape.last and train_last:
+        if shape.lm_head and not (m.tied_embeddings and shape.first):
+            p += m.vocab * m.hidden
+        elif not shape.lm_head:
+            p += m.hidden  # scalar value head
+        p += m.hidden  # final norm
+    return p / shape.tp * shape.bytes_per_value

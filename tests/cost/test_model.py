@@ -4,6 +4,7 @@ sync, mixed model sizes, the lower bound and a sanity check against the paper's 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,10 +12,12 @@ from hypothesis import given, settings
 from hetrl.cost import CostModel, CostParams, estimate, lower_bound
 from hetrl.plan import colocated_plan
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
-from hetrl.spec.presets import workload_preset
+from hetrl.spec.presets import cluster_preset, workload_preset
 from hetrl.spec.tasks import REPORTED_TASKS
 from hetrl.spec.workload import WorkloadSpec
 from tests.cost.plans import random_plans, split_plan
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 TASKS = ("actor_generation", "reward_inference", "reference_inference", "critic_inference",
          "actor_training", "critic_training", "weight_sync")
@@ -300,3 +303,31 @@ def test_dp_rings_share_a_node_uplink_in_proportion_to_their_bytes():
     assert [g.ring_Bps for _, _, g in equal] == pytest.approx([uplink / 2] * 2, rel=1e-12)
     # bytes / share is the same for both groups: they end together
     assert 3.0 / by_stage[0].ring_Bps == pytest.approx(1.0 / by_stage[1].ring_Bps, rel=1e-9)
+
+
+def test_weight_sync_pulls_each_layer_from_the_stage_that_trains_it():
+    """Training pipelined over a device in each region: a generation device needs the layers of
+    both stages, so it pulls half the model across the region link, whichever stage is near it
+    (found by running the plan for real: the old estimate let it pull everything from the near
+    stage and gave microseconds)."""
+    from hetrl.cost.sync import weight_sync_pulls
+    from hetrl.io import load_plan
+
+    wl = workload_preset("tiny-grpo-sync")
+    plan = load_plan(EXAMPLES / "plan-tiny-grpo-cross-region.yaml")  # train: stage 0 on 1, 1 on 2
+    two = cluster_preset("tiny4-two-region")  # devices 0-1 in us-east-1, 2-3 in eu-west-1
+    model = CostModel(wl, two)
+    gen, train = plan.placement("actor_generation"), plan.placement("actor_training")
+    pulls, local = weight_sync_pulls(gen, model.shapes(gen.task, gen), train, two,
+                                     model.params, shared_in_place=True)
+    assert local == []
+    # every generation device pulls from both training stages, each its own slice
+    assert sorted((s, d) for s, d, _ in pulls) == [(1, 0), (1, 3), (2, 0), (2, 3)]
+    total = {d: sum(b for _, dd, b in pulls if dd == d) for d in (0, 3)}
+    whole = model.shapes(gen.task, gen)[0].weight_bytes
+    assert total[0] == pytest.approx(whole) and total[3] == pytest.approx(whole)
+    # the slowest pull crosses the Atlantic: at least the one-way latency
+    est = model.estimate(plan).tasks["weight_sync"]
+    assert est >= two.latency_s(2, 0)
+    one = CostModel(wl, cluster_preset("tiny4-single-region")).estimate(plan).tasks["weight_sync"]
+    assert est > 100 * one
