@@ -147,6 +147,7 @@ class RealRun:
         self.pids: dict[int, int] = {}
         self._pg = None
         self._verified = 0
+        self._later: list[Span] = []  # drained spans of iterations not finished yet
 
     # --- progress ---
     def _say(self, msg: str) -> None:
@@ -482,6 +483,8 @@ class RealRun:
         return RunResult(trace, tuple(state.rewards), tuple(state.stats), resumed, self._verified)
 
     def _loop(self, state: _State, t0: float, ckpt: Path | None) -> None:
+        from real.engines.base import make_batch
+
         k = self.workload.staleness if self.workload.mode == "async" else 0
         inflight: deque = deque()
         nxt = state.next_iteration
@@ -496,8 +499,6 @@ class RealRun:
             for (_, _, idx), res in zip(gen_refs, outs, strict=True):
                 for i, resp in zip(idx, res, strict=True):
                     responses[i] = resp
-            from real.engines.base import make_batch
-
             batch = make_batch(prompts, responses)
             seq_bytes = [float(batch.input_ids[i].numel() * 4) for i in range(len(prompts))]
             inf = self._inference(it, batch, home, seq_bytes)
@@ -521,12 +522,17 @@ class RealRun:
                 self._save_checkpoint(ckpt, state)
 
     def _drain(self, it: int) -> list[Span]:
-        """Collect the workers' spans and add one ``task`` span per task of each iteration."""
+        """Collect the workers' spans of iterations up to ``it`` (later ones, from generations
+        running ahead in async mode, wait for their own iteration) and add one ``task`` span per
+        task and iteration."""
         spans: list[Span] = []
         for d in self.devices:
             spans += self._get({self.workers[d].drain_spans.remote(): (d, "trace", it)})[0]
         if it < 0:
             return []
+        spans = self._later + spans
+        self._later = [s for s in spans if s.iteration > it]
+        spans = [s for s in spans if s.iteration <= it]
         bounds: dict[tuple[str, int], list[float]] = {}
         for s in spans:
             key = (s.task, s.iteration)

@@ -22,6 +22,8 @@ from real.placement import Tasklet
 
 #: Seed offsets per role: the reference starts as an exact copy of the actor (same seed).
 ROLE_SEED = {"actor": 0, "reference": 0, "critic": 1, "reward": 2}
+#: The inference engine's method per role: reference log-probs, critic values, reward scores.
+INFERENCE_METHOD = {"reference": "log_probs", "critic": "values", "reward": "scores"}
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -50,11 +52,13 @@ def spec_from_shape(shape: ModelShape):
 
 def digest(state: Mapping[str, Any]) -> str:
     """SHA-256 over a state dict's names and raw bytes: equal digests = equal weights."""
+    import torch
+
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous()
         h.update(name.encode())
-        h.update(t.view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+        h.update(t.view(-1).view(dtype=torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -170,10 +174,7 @@ class DeviceWorker:
         self._enter(task, it)
         start = self._now()
         self._receive(task, it, sources)
-        engine = self.engines[task]
-        fn = {"reference": engine.log_probs if hasattr(engine, "log_probs") else None,
-              "critic": getattr(engine, "values", None),
-              "reward": getattr(engine, "scores", None)}[self.tasklets[task].role]
+        fn = getattr(self.engines[task], INFERENCE_METHOD[self.tasklets[task].role])
         out = self._compute(fn, batch.to(self.torch_device))
         self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
         return out.cpu()
