@@ -35,6 +35,9 @@ from real.ray_env import ensure_ray
 INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference")
 TRAINING_TASKS = ("actor_training", "critic_training")
 CHECKPOINT = "checkpoint.pt"
+#: Seconds a worker may take to start and build its engines (imports of torch and transformers
+#: take tens of seconds on a loaded 2-core machine).
+SETUP_TIMEOUT_S = 900.0
 
 
 class RunError(HetrlError):
@@ -188,7 +191,7 @@ class RealRun:
                 self.config.emulate_network, self.config.emulate_speed, self.config.device,
                 (kill[0], kill[1]) if kill and kill[2] == d else None, dict(self.config.engines))
         pids = self._get({self.workers[d].setup.remote((states or {}).get(d)): (d, "setup", -1)
-                          for d in self.devices})
+                          for d in self.devices}, timeout_s=SETUP_TIMEOUT_S)
         self.pids = dict(zip(self.devices, pids, strict=True))
         groups = self._dp_groups()
         if groups:
@@ -220,16 +223,19 @@ class RealRun:
             remove_placement_group(self._pg)
             self._pg = None
 
-    def _get(self, refs: dict[Any, tuple[int, str, int]]) -> list[Any]:
+    def _get(self, refs: dict[Any, tuple[int, str, int]], timeout_s: float | None = None) -> list[Any]:
         """Results of ``refs`` (ref -> (device, task, iteration)), in order; a dead worker becomes
-        a RunError naming its device, GPU type and task."""
+        a RunError naming its device, GPU type and task (as does a wait beyond ``timeout_s``)."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         out = []
         for ref, (d, task, it) in refs.items():
             try:
-                out.append(ray.get(ref))
+                out.append(ray.get(ref, timeout=timeout_s))
+            except GetTimeoutError:
+                raise RunError(f"device {d} ({self.cluster.device(d).gpu.name}) did not finish "
+                               f"{task} within {timeout_s:.0f} s") from None
             except RayActorError as exc:
                 gpu = self.cluster.device(d).gpu.name
                 where = f"iteration {it}" if it >= 0 else "set-up"
@@ -488,7 +494,7 @@ class RealRun:
         k = self.workload.staleness if self.workload.mode == "async" else 0
         inflight: deque = deque()
         nxt = state.next_iteration
-        last_end = state.iterations[-1][1] if state.iterations else time.time() - t0
+        last_end = time.time() - t0  # an iteration starts once the workers are up
         for it in range(state.next_iteration, self.config.iterations):
             while nxt < self.config.iterations and len(inflight) < k + 1:
                 inflight.append((nxt, self._submit_generation(nxt)))
