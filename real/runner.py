@@ -24,13 +24,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from hetrl.errors import HetrlError, SpecError, require
 from hetrl.plan import Plan, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span, Trace
-from real.placement import by_device, check_supported, device_bundles, emulated_resources
+from real.algos import AlgoConfig, gae, grpo_advantages
+from real.data import prompt_text, read_jsonl, reward_fn
+from real.engines import validate_engines
+from real.engines.base import make_batch, token_weights
+from real.network import NetworkEmulator
+from real.placement import (
+    by_device,
+    check_supported,
+    device_bundles,
+    emulated_resources,
+    missing_resources,
+    tasklets,
+)
 from real.ray_env import ensure_ray
+from real.tokenizer import ByteTokenizer
+from real.worker import DeviceWorker, digest
 
 INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference")
 TRAINING_TASKS = ("actor_training", "critic_training")
@@ -75,8 +92,6 @@ class RunConfig:
         require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
         require(not self.resume or self.checkpoint_dir is not None, "resume", True,
                 "needs a checkpoint directory")
-        from real.engines import validate_engines
-
         validate_engines(dict(self.engines), self.device)
 
 
@@ -123,28 +138,18 @@ class RealRun:
                     require(p.dp == 1 and p.pp == 1, f"placements[{p.task}]", (p.dp, p.pp),
                             "must have dp = pp = 1 with the megatron engine (it runs in its own "
                             "world of one process and has no pipeline stages)")
-        from real.algos import AlgoConfig
-
         max_new = workload.response_length.max
         self.algo = AlgoConfig(algorithm=workload.algorithm, lr=config.lr, critic_lr=config.lr,
                                kl_coef=config.kl_coef, group_size=workload.responses_per_prompt,
                                max_new_tokens=max_new, temperature=config.temperature)
-        from real.data import read_jsonl, reward_fn
-
         self.reward = reward_fn(config.reward)
         self.problems = read_jsonl(config.problems or Path(__file__).parent / "data" /
                                    "gsm8k_style_256.jsonl")
         require(len(self.problems) >= workload.batch_prompts, "problems", len(self.problems),
                 f"need at least batch_prompts = {workload.batch_prompts} problems")
-        from real.tokenizer import ByteTokenizer
-
         self.tok = ByteTokenizer()
-        from real.placement import tasklets
-
         self.tasklets = tasklets(plan, workload)
         self.devices = tuple(sorted({t.device for t in self.tasklets}))
-        from real.network import NetworkEmulator
-
         self.net = NetworkEmulator(cluster, config.emulate_network, config.emulate_speed)
         self.workers: dict[int, Any] = {}
         self.pids: dict[int, int] = {}
@@ -164,9 +169,6 @@ class RealRun:
         ray = ensure_ray(None if gpu else emulated_resources(self.devices, self.cluster))
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from real.placement import missing_resources
-        from real.worker import DeviceWorker
 
         bundles = device_bundles(self.devices, self.cluster, gpu)
         need: dict[str, float] = {}
@@ -250,10 +252,6 @@ class RealRun:
     # --- data ---
     def _prompts(self, it: int) -> tuple[list[list[int]], list[Any]]:
         """The iteration's prompts, each repeated responses_per_prompt times (a GRPO group)."""
-        import numpy as np
-
-        from real.data import prompt_text
-
         rng = np.random.default_rng([self.config.seed, it])
         pick = rng.choice(len(self.problems), self.workload.batch_prompts, replace=False)
         probs = [self.problems[int(i)] for i in pick for _ in range(self.workload.responses_per_prompt)]
@@ -294,8 +292,6 @@ class RealRun:
 
     def _inference(self, it: int, batch: Any, home: list[int], seq_bytes: list[float]) -> dict[str, Any]:
         """Submit every inference task (parallel where devices differ), gather their outputs."""
-        import torch
-
         jobs: dict[Any, tuple[int, str, int]] = {}
         where: list[tuple[str, list[int]]] = []
         for task in INFERENCE_TASKS:
@@ -321,10 +317,6 @@ class RealRun:
     def _advantages(self, batch: Any, probs: list[Any], inf: dict[str, Any],
                     responses: list[list[int]]) -> tuple[dict[str, Any], float]:
         """Final rewards and the training inputs (advantages, returns, reference log-probs)."""
-        import torch
-
-        from real.algos import gae, grpo_advantages
-
         rule = torch.tensor([self.reward(self.tok.decode(r), p) for r, p in zip(responses, probs, strict=True)],
                             dtype=torch.float32)
         score = rule + self.config.reward_model_coef * inf["reward_inference"].float()
@@ -404,8 +396,6 @@ class RealRun:
                   data_sources: dict[int, float]) -> dict[Any, tuple[int, str, int]]:
         """GPipe over the stage workers ``devs``: all forwards, then all backwards; the first
         stage receives the replica's rollout data from ``data_sources`` (device -> bytes)."""
-        from real.engines.base import token_weights
-
         jobs: dict[Any, tuple[int, str, int]] = {}
         last = len(devs) - 1
         scales = token_weights([mb for mb, _ in micro])
@@ -449,8 +439,6 @@ class RealRun:
         """Wait for a sync and check every destination loaded exactly the trainer's weights."""
         import ray
 
-        from real.worker import digest
-
         for ref, g, chosen, exports in pending:
             got = self._get({ref: (g, task, it)})[0]
             merged: dict[str, Any] = {}
@@ -489,8 +477,6 @@ class RealRun:
         return RunResult(trace, tuple(state.rewards), tuple(state.stats), resumed, self._verified)
 
     def _loop(self, state: _State, t0: float, ckpt: Path | None) -> None:
-        from real.engines.base import make_batch
-
         k = self.workload.staleness if self.workload.mode == "async" else 0
         inflight: deque = deque()
         nxt = state.next_iteration
@@ -557,8 +543,6 @@ class RealRun:
 
     # --- checkpoints ---
     def _save_checkpoint(self, ckpt: Path, state: _State) -> None:
-        import torch
-
         trainers: dict[int, dict[str, Any]] = {}
         refs = {}
         for t in self.tasklets:
@@ -574,8 +558,6 @@ class RealRun:
         os.replace(tmp, ckpt / CHECKPOINT)
 
     def _load_checkpoint(self, path: Path) -> tuple[_State, dict[int, dict[str, Any]]]:
-        import torch
-
         data = torch.load(path, weights_only=False)
         if data.get("plan") != self.plan.to_dict():
             raise SpecError("resume", str(path), "the checkpoint was written by a different plan")
