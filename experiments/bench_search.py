@@ -72,6 +72,14 @@ def run(name: str, workload, cluster, budget: Budget) -> tuple[SearchResult | No
     return result, wall, ""
 
 
+def load() -> str:
+    """The 1-minute load average (timings on a shared machine need it next to them)."""
+    try:
+        return f"load {os.getloadavg()[0]:.1f}"
+    except OSError:  # pragma: no cover - platforms without getloadavg
+        return "load ?"
+
+
 def fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -101,7 +109,7 @@ def section_small(args, rows: list[Row]) -> None:
             obj = ilp.extra.get("ilp_objective_s") if ilp else None
             bound = ilp.extra.get("ilp_bound_s") if ilp else None
             say(f"{inst:<42} {status:<9} {fmt(obj):>8} {fmt(bound):>8} {ilp_wall:>7.1f} "
-                f"{fmt(ilp_s):>10} {fmt(sha_s):>9} {sha_wall:>8.1f} {gap(sha_s, ilp_s):>8}")
+                f"{fmt(ilp_s):>10} {fmt(sha_s):>9} {sha_wall:>8.1f} {gap(sha_s, ilp_s):>8}  {load()}")
             if err or err2:
                 say(f"    errors: {err} {err2}")
             if ilp:
@@ -126,11 +134,12 @@ def section_paper(args, rows: list[Row]) -> None:
             results[(name, b)] = (r.estimate.iteration_s if r else None, wall,
                                   r.evaluations if r else 0)
             say(f"  {name:<13} {b:>5g} s: {fmt(results[(name, b)][0]):>8} s/iter "
-                f"({results[(name, b)][2]} evaluations, {wall:.1f} s wall){' ' + err if err else ''}")
+                f"({results[(name, b)][2]} evaluations, {wall:.1f} s wall, {load()})"
+                f"{' ' + err if err else ''}")
     ref, ref_wall, _ = run("hetrl", wl, cl, Budget(seconds=args.reference_s, seed=args.seed + 1))
     ref_s = ref.estimate.iteration_s if ref else None
     say(f"  reference SHA-EA {args.reference_s:g} s (seed {args.seed + 1}): {fmt(ref_s)} s/iter "
-        f"({ref.evaluations if ref else 0} evaluations, {ref_wall:.1f} s wall)")
+        f"({ref.evaluations if ref else 0} evaluations, {ref_wall:.1f} s wall, {load()})")
     seen = [v[0] for v in results.values() if v[0] is not None] + ([ref_s] if ref_s else [])
     best = min(seen) if seen else None
     say(f"  best found: {fmt(best)} s/iter")
@@ -160,7 +169,7 @@ def section_large(args, rows: list[Row]) -> None:
         first = r.history[0][0] if r and r.history else None
         say(f"  SHA-EA {b:g} s budget: {fmt(r.estimate.iteration_s if r else None)} s/iter, valid "
             f"plan, {r.evaluations if r else 0} evaluations, first plan after {fmt(first)} s, "
-            f"{wall:.1f} s wall{' ' + err if err else ''}")
+            f"{wall:.1f} s wall, {load()}{' ' + err if err else ''}")
         rows.append(Row("d", inst, "hetrl", f"{b:g}s", r.estimate.iteration_s if r else None, wall,
                         f"first plan at {fmt(first)} s; {r.evaluations if r else 0} evals"))
     say()

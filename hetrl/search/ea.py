@@ -13,18 +13,24 @@ the swap with the largest gain in a locality score (4 per pair of a group's GPUs
 one zone, 1 in one region), until no swap gains; then each group's GPUs are ordered node by node
 so tensor-parallel groups stay inside nodes. ``swaps="within"`` (HetRL-simple) only reorders
 inside each group.
+
+Polish (our addition, ``Arm.polish``): coordinate descent on levels 4-5 from the best genotype --
+pairs of independent tasks of a group split over complementary windows of it, then each task's
+(layout, offset) over the full-group and the aligned part-of-group layouts -- run by SHA-EA's
+final phase; what it finds joins the population as a genotype (see docs/search.md).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hetrl.cost.model import CostModel
-from hetrl.search.base import Evaluator
-from hetrl.search.genome import Genotype, candidate_layouts, decode
+from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
+from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
 from hetrl.search.space import Layout
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
@@ -134,19 +140,39 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
     return tuple(order_l)
 
 
+def offsets(used: int, n: int) -> range:
+    """Offsets of a task using ``used`` of its group's ``n`` GPUs: multiples of gcd(used, n),
+    so windows stay aligned to the blocks the group divides into (wrapping round)."""
+    return range(0, n, math.gcd(used, n))
+
+
+def _rank(fitness: float, need: float) -> tuple[float, ...]:
+    """How the polish compares one task's options: by fitness, ties to the option that needs
+    less memory; while the plan breaks memory, by that need first (get feasible, then fast)."""
+    if fitness >= INFEASIBLE_PENALTY_S:
+        return (INFEASIBLE_PENALTY_S, need, fitness)
+    return (fitness, need)
+
+
+class PolishDone(Exception):
+    """A polish used its evaluation cap."""
+
+
 class Arm:
     """An EA population for one (task grouping, GPU-group sizes) pair."""
 
     def __init__(self, groups: tuple[tuple[str, ...], ...], sizes: tuple[int, ...],
                  model: CostModel, facts: DeviceFacts, rng: np.random.Generator,
                  population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
-                 load_balance: bool = True, seeded: int = 1):
+                 load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
+                 p_sub: float = 0.0):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
         self.p_upgrade = p_upgrade
         self.swaps = swaps
         self.load_balance = load_balance
+        self.p_sub = p_sub  # share of layout mutations that draw a part-of-group layout
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -156,7 +182,20 @@ class Arm:
                                 if any(wl.task(t).kind == "training" for t in g)]
         self.layout_options = {t: candidate_layouts(wl, t, sizes[i])
                                for i, g in enumerate(groups) for t in g}
+        # Layouts on at most half of the group (our addition, see space.sub_layouts): tasks of
+        # one group may then run side by side on disjoint parts of it.
+        # Only parts aligned to the cluster's blocks: a multiple of the node size, or half the
+        # group (see ``aligned``).
+        self.node_size = max(n.count for n in model.cluster.nodes)
+        self.sub_options = {t: tuple(x for x in candidate_sub_layouts(wl, t, sizes[i])
+                                     if self.aligned(x[0] * x[1] * x[2], sizes[i]))
+                            if sub_layouts else () for i, g in enumerate(groups) for t in g}
         self._needs: dict[tuple[str, Layout], float] = {}
+
+    def aligned(self, used: int, n: int) -> bool:
+        """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
+        multiple of the node size, or half the group."""
+        return used % self.node_size == 0 or 2 * used == n
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -256,7 +295,10 @@ class Arm:
             return g.with_order(tuple(order))
         if r < 0.65:
             t, lay = g.layouts[int(rng.integers(len(g.layouts)))]
-            options = [x for x in self.layout_options[t] if x != lay]
+            pool = self.layout_options[t]
+            if self.sub_options[t] and self.p_sub > 0 and rng.random() < self.p_sub:
+                pool = self.sub_options[t]
+            options = [x for x in pool if x != lay]
             if options:
                 return g.with_layout(t, options[int(rng.integers(len(options)))])
         if r < 0.75:  # move a task to another part of its group's GPUs (level 5)
@@ -297,6 +339,159 @@ class Arm:
         worst = max(range(len(self.population)), key=lambda k: self.population[k][0])
         if f < self.population[worst][0]:
             self.population[worst] = (f, child)
+
+    # --- polish (our addition): coordinate descent on levels 4-5 of the best individual ---
+    def _independent_pairs(self) -> list[tuple[str, str]]:
+        """Pairs of tasks of one group neither of which depends (transitively) on the other:
+        they can run side by side on disjoint halves of the group."""
+        wl = self.model.workload
+        before: dict[str, set[str]] = {}
+        for info in wl.tasks:  # workflow order: dependencies come first
+            deps = set(info.depends_on)
+            for d in info.depends_on:
+                deps |= before.get(d, set())
+            before[info.name] = deps
+        out = []
+        for grp in self.groups:
+            for i, a in enumerate(grp):
+                for b in grp[i + 1:]:
+                    if a not in before[b] and b not in before[a]:
+                        out.append((a, b))
+        # training pairs first (the costliest tasks of an RL iteration), then workflow order
+        training = {t.name for t in wl.tasks if t.kind == "training"}
+        return sorted(out, key=lambda ab: -((ab[0] in training) + (ab[1] in training)))
+
+    def _options(self, t: str, n: int) -> list[tuple[Layout, int]]:
+        """(layout, offset) pairs for task ``t`` in a group of ``n`` GPUs: full-group layouts at
+        offset 0, smaller ones at every offset that is a multiple of the GPUs they use."""
+        out = [(x, 0) for x in self.layout_options[t]]
+        for x in self.sub_options[t]:
+            out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
+        return out
+
+    def _split_pair(self, ev: Evaluator, a: str, b: str, n: int, base: Genotype, trial) -> None:
+        """Tasks ``a`` and ``b`` side by side on complementary windows of their group (sizes m
+        and n - m, m a multiple of the node size or n / 2, at every aligned offset, either task
+        first): ``a`` takes its best layout on its window with ``b`` on the other, then ``b``
+        likewise. From the two best splits, one pass over the other tasks' (layout, offset)
+        options: a group's tasks are coupled through memory (a task that needs less leaves
+        more KV cache to generation), so single-task moves alone miss such plans."""
+        exact = {t: {} for t in (a, b)}
+        for t in (a, b):
+            for x in self.sub_options[t]:
+                exact[t].setdefault(x[0] * x[1] * x[2], []).append(x)
+        sizes = sorted({m for m in range(1, n) if self.aligned(m, n)})
+        scored: list[tuple[float, int, bool, int, Genotype]] = []
+        for first, second in ((a, b), (b, a)):
+            for m in sizes:
+                la, lb = exact[first].get(m), exact[second].get(n - m)
+                if not la or not lb:
+                    continue
+                for off in offsets(m, n):
+                    g = (base.with_offset(first, off).with_offset(second, (off + m) % n)
+                         .with_layout(second, max(lb, key=lambda x: (x[0], -x[1]))))
+                    for t, opts in ((first, la), (second, lb)):
+                        best_t = None
+                        for x in opts:
+                            h = g.with_layout(t, x)
+                            f = self.fitness(ev, h)
+                            trial(h, f)
+                            # ties (common: the task is off the critical path) go to the
+                            # layout that needs the least memory, leaving room to the others
+                            k = _rank(f, self._need(t, x))
+                            if best_t is None or k < best_t[0]:
+                                best_t = (k, f, h)
+                        g = best_t[2]
+                    scored.append((best_t[1], m, first == a, len(scored), g))
+        size = {t: k for k, grp in zip(self.sizes, self.groups, strict=True) for t in grp}
+        others = [t for t, _ in base.layouts if t not in (a, b)]
+        starts, seen = [], set()
+        for f0, m, first_a, _, g in sorted(scored, key=lambda s: (s[0], s[3])):
+            if (m, first_a) not in seen:  # the best split of each shape
+                seen.add((m, first_a))
+                starts.append((f0, g))
+        for f0, g in starts:
+            for t in others + others:  # greedily, task by task, keeping each task's best option
+                cur = (g.layout(t), g.offset(t))
+                here = (_rank(f0, self._need(t, cur[0])), f0, g)
+                for lay, off in self._options(t, size[t]):
+                    if (lay, off) != cur:
+                        h = g.with_layout(t, lay).with_offset(t, off)
+                        f = self.fitness(ev, h)
+                        trial(h, f)
+                        k = _rank(f, self._need(t, lay))
+                        if k < here[0]:
+                            here = (k, f, h)
+                f0, g = here[1], here[2]
+
+    def polish_cost(self) -> int:
+        """About how many evaluations one polish pass takes (counted, not evaluated): the pair
+        splits, the sweeps from the best split of each shape, and one coordinate pass."""
+        size = {t: k for k, grp in zip(self.sizes, self.groups, strict=True) for t in grp}
+        options = {t: len(self._options(t, size[t])) for t in size}
+        total = sum(options.values())
+        for a, b in self._independent_pairs():
+            n = size[a]
+            exact = {t: {} for t in (a, b)}
+            for t in (a, b):
+                for x in self.sub_options[t]:
+                    exact[t][x[0] * x[1] * x[2]] = exact[t].get(x[0] * x[1] * x[2], 0) + 1
+            shapes = 0
+            for first, second in ((a, b), (b, a)):
+                for m in range(1, n):
+                    if self.aligned(m, n) and exact[first].get(m) and exact[second].get(n - m):
+                        shapes += 1
+                        total += len(offsets(m, n)) * (exact[first][m] + exact[second][n - m])
+            others = sum(v for t, v in options.items() if t not in (a, b))
+            total += shapes * 2 * others
+        return total
+
+    def polish(self, ev: Evaluator, max_passes: int = 2, cap: int | None = None) -> None:
+        """Coordinate descent from the population's best genotype: each task's (layout, offset)
+        in turn, then each pair of independent tasks of a group moved onto the two halves of
+        it; every improvement joins the population as a new individual (replacing the worst)."""
+        if not self.population:
+            return
+        best_f, best = min(self.population, key=lambda x: x[0])
+        size = {t: self.sizes[i] for i, g in enumerate(self.groups) for t in g}
+        stop = self.evaluations + (cap if cap is not None else 10**12)
+
+        def trial(g: Genotype, f: float | None = None) -> None:
+            nonlocal best_f, best
+            if f is None:
+                f = self.fitness(ev, g)
+            if self.evaluations >= stop:
+                if f < best_f:
+                    best_f, best = f, g
+                raise PolishDone
+            if f < best_f:
+                best_f, best = f, g
+
+        try:
+            self._descend(ev, max_passes, size, trial, lambda: (best_f, best))
+        except PolishDone:
+            pass
+        worst = max(range(len(self.population)), key=lambda k: self.population[k][0])
+        if best_f < self.population[worst][0] and all(g != best for _, g in self.population):
+            self.population[worst] = (best_f, best)
+
+    def _descend(self, ev: Evaluator, max_passes: int, size: dict[str, int], trial,
+                 current) -> None:
+        """Pair splits (first pass), then each task's (layout, offset) in turn, from the best
+        so far (``current()``), while a pass improves."""
+        for pass_ in range(max_passes):
+            start = current()[0]
+            if pass_ == 0:
+                for a, b in self._independent_pairs():
+                    self._split_pair(ev, a, b, size[a], current()[1], trial)
+            for t in [t for t, _ in current()[1].layouts]:
+                base = current()[1]
+                cur = (base.layout(t), base.offset(t))
+                for lay, off in self._options(t, size[t]):
+                    if (lay, off) != cur:
+                        trial(base.with_layout(t, lay).with_offset(t, off))
+            if current()[0] >= start:
+                break
 
     def run(self, ev: Evaluator, evaluations: int) -> None:
         """Spend ``evaluations`` steps (or until the global budget ends: BudgetExhausted)."""

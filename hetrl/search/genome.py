@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, make_placement
 from hetrl.search.balance import balance
-from hetrl.search.space import Layout, layouts
+from hetrl.search.space import Layout, layouts, sub_layouts
 from hetrl.spec.workload import WorkloadSpec
 
 
@@ -61,6 +61,10 @@ class Genotype:
 
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     return layouts(workload.model(workload.task(task).role), n)
+
+
+def candidate_sub_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
+    return sub_layouts(workload.model(workload.task(task).role), n)
 
 
 def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:

@@ -8,7 +8,8 @@ nothing or one aligned power-of-two block of its GPUs (GPUs of a type in a node 
 interchangeable, so blocks lose nothing but the order); the layout uses the whole set
 (dp * pp * tp = |set|). Each candidate is load-balanced and priced by the cost model on its own:
 its seconds and the bytes it needs on each device (resident + working; generation: weights and
-one max-length sequence of KV cache).
+one max-length sequence of KV cache). Dominated candidates (same task and devices, no faster,
+no less memory) are dropped (``prune_dominated``; exact).
 
 Variables. A boolean per (task, candidate), exactly one per task; per task a start, end and
 duration (integer milliseconds); per (task, device) an optional interval present when the task
@@ -112,6 +113,40 @@ def candidates(model: CostModel, load_balance: bool = True,
                 if np.any(need > usable + 1e-6):
                     continue  # cannot fit even alone
                 out[t].append(Candidate(t, devices, p, seconds, need))
+    return out
+
+
+def prune_dominated(cands: dict[str, list[Candidate]],
+                    keep: tuple[str, ...] = ("actor_generation", "actor_training")
+                    ) -> dict[str, list[Candidate]]:
+    """Drop candidates that another candidate of the same task on the same devices dominates
+    (no slower and needing no more memory on any device; ties keep the first). Exact: every
+    constraint and the objective see a candidate only through its devices, duration and memory
+    -- except for generation and actor training, whose layouts also enter the weight sync, so
+    ``keep`` leaves them whole."""
+    out = {}
+    for t, cs in cands.items():
+        if t in keep:
+            out[t] = cs
+            continue
+        by_devices: dict[tuple[int, ...], list[Candidate]] = {}
+        for c in cs:
+            by_devices.setdefault(c.devices, []).append(c)
+        kept = []
+        for c in cs:
+            rivals = by_devices[c.devices]
+            dominated = False
+            for i, o in enumerate(rivals):
+                if o is c:
+                    continue
+                if o.seconds <= c.seconds and np.all(o.need <= c.need) and (
+                        o.seconds < c.seconds or np.any(o.need < c.need)
+                        or i < rivals.index(c)):
+                    dominated = True
+                    break
+            if not dominated:
+                kept.append(c)
+        out[t] = kept
     return out
 
 
@@ -327,6 +362,7 @@ class ILPScheduler(Scheduler):
         b = ev.budget
         cands = candidates(ev.model, bool(self.options.get("load_balance", True)))
         priced = sum(len(c) for c in cands.values())
+        cands = prune_dominated(cands)
         left = None if b.seconds is None else max(b.seconds - ev.elapsed(), 1.0)
         # With only an evaluation budget, a deterministic solver budget of 5 ms (deterministic
         # time) per evaluation: about what one SHA-EA evaluation costs, so budgets compare.

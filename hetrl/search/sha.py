@@ -8,7 +8,8 @@ so the budget per survivor doubles. Inside a round, each task grouping runs the 
 over its GPU-group sizes with its share, and at the next level-1 round keeps the best half of
 them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and any rounding
 left-over) goes to the EAs of the three best arms, round robin (our addition: one noisy early
-winner is not trusted with everything).
+winner is not trusted with everything), each polished (``Arm.polish``, our addition) when its
+best changes and a polish pass fits in a third of the budget.
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -132,8 +133,10 @@ def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float
 class _Runner:
     """Runs level-1 jobs serially or on a process pool (``Budget.workers``)."""
 
-    def __init__(self, ev: Evaluator, workers: int):
+    def __init__(self, ev: Evaluator, workers: int, deadline: float | None = None):
         self.ev = ev
+        #: wall-clock second (from the search's start) at which the rounds end, if any
+        self.deadline = deadline if deadline is not None else ev.budget.seconds
         self.pool = None
         if workers > 1:
             import multiprocessing as mp
@@ -161,13 +164,13 @@ class _Runner:
     def run(self, jobs: list[tuple[_Level1, float]], halve: bool) -> None:
         ev = self.ev
         caps = self._caps(jobs)
-        left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 1e-6)
+        left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
         if self.pool is None:
             results = []
             for (l1, budget), cap in zip(jobs, caps, strict=True):
-                if ev.exhausted():
+                if ev.exhausted() or self.past_deadline():
                     break
-                left = None if ev.budget.seconds is None else max(ev.budget.seconds - ev.elapsed(), 1e-6)
+                left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
                 results.append(_level1_job(l1.arms, budget, halve, left, ev.model, cap))
                 self._merge(l1, results[-1])
             return
@@ -175,6 +178,9 @@ class _Runner:
                    for (l1, budget), cap in zip(jobs, caps, strict=True)]
         for (l1, _), fut in zip(jobs, futures, strict=True):
             self._merge(l1, fut.result())
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and self.ev.elapsed() >= self.deadline
 
     def _merge(self, l1: _Level1, out: dict[str, Any]) -> None:
         ev = self.ev
@@ -205,11 +211,13 @@ class _SHABase(Scheduler):
         k = int(opts.get("gpu_groupings", max(1, min(6, total // (len(groupings) * 6)))))
         population = int(opts.get("population", 8))
         load_balance = bool(opts.get("load_balance", True))
+        sub = bool(opts.get("sub_layouts", True))
         level1 = []
         for grouping in groupings:
             sizes_list = sample_sizes(n, len(grouping), k, rng)
             arms = [Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
-                        population=population, swaps=self.swaps, load_balance=load_balance)
+                        population=population, swaps=self.swaps, load_balance=load_balance,
+                        sub_layouts=sub, p_sub=float(opts.get("p_sub", 0.0)))
                     for sizes in sizes_list]
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
@@ -232,7 +240,12 @@ class _SHABase(Scheduler):
                 alive = ends + [middle[i] for i in sorted(picked.tolist())]
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
         per_round = budget / rounds
-        runner = _Runner(ev, ev.budget.workers)
+        # With a time budget, the rounds also end at (1 - exploit_fraction) of the time: the
+        # evaluation count derived from the warm-up can overestimate the rate, and the final
+        # phase (three best arms, polish) must not be cut off by the clock.
+        seconds = ev.budget.seconds
+        runner = _Runner(ev, ev.budget.workers,
+                         None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds))
         try:
             for r in range(rounds):
                 share = per_round / len(alive)
@@ -241,7 +254,7 @@ class _SHABase(Scheduler):
                         l1.arms.sort(key=lambda a: a.best)
                         l1.arms = l1.arms[: max(1, len(l1.arms) // 2)]
                 runner.run([(l1, share) for l1 in alive], self.halve)
-                if ev.exhausted():
+                if ev.exhausted() or runner.past_deadline():
                     break
                 if self.halve and len(alive) > 1:
                     alive.sort(key=lambda x: x.best)
@@ -252,8 +265,27 @@ class _SHABase(Scheduler):
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
         finalists = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:3]
+        polish = bool(opts.get("polish", True))
+        polished = [float("nan")] * len(finalists)
+
+        def cap() -> int:
+            """A third of the budget; with a time budget, of the evaluations the measured rate
+            so far projects to the end (the warm-up's estimate can be far off either way)."""
+            b = ev.budget
+            if b.seconds is None or b.evaluations is not None or ev.elapsed() <= 0:
+                return total // 3
+            rate = ev.evaluations / ev.elapsed()
+            return int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0)) // 3
         while not ev.exhausted():
-            for arm in finalists:
+            for i, arm in enumerate(finalists):
+                if polish and arm.best != polished[i]:
+                    # our addition: coordinate descent on levels 4-5 whenever the arm's best
+                    # has changed since its last polish -- if the budget affords a whole pass
+                    # (a third of it per polish); otherwise the EA's steps are worth more
+                    c = cap()
+                    if arm.polish_cost() <= c:
+                        arm.polish(ev, cap=c)
+                    polished[i] = arm.best
                 arm.run(ev, 32)
         return {}
 
@@ -264,9 +296,10 @@ class _SHABase(Scheduler):
         # Time budget only: time a warm-up of random plans to turn seconds into evaluations.
         warm = Arm(groupings[0], (ev.cluster.num_devices,), ev.model, facts,
                    np.random.default_rng(rng.integers(2**63)), population=4, swaps=self.swaps)
+        warm.run(ev, 8)  # the first evaluations fill the cost model's caches: not timed
         t0 = time.perf_counter()
-        warm.run(ev, 8)
-        rate = 8 / max(time.perf_counter() - t0, 1e-6)
+        warm.run(ev, 16)
+        rate = 16 / max(time.perf_counter() - t0, 1e-6)
         assert ev.budget.seconds is not None
         return max(16, int(rate * ev.budget.seconds))
 

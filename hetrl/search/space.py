@@ -85,6 +85,24 @@ def layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
     return _layouts(model, n)
 
 
+@lru_cache(maxsize=4096)
+def _sub_layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
+    full = set(_layouts(model, n))
+    out: set[Layout] = set()
+    for m in range(1, n):
+        out.update(x for x in _layouts(model, m) if x[0] * x[1] * x[2] == m and x not in full)
+    return tuple(sorted(out, key=lambda x: (x[2], x[1], x[0])))
+
+
+def sub_layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
+    """The rest of the paper's level 4 (any dp * pp * tp <= n_t): layouts on a group of ``n``
+    GPUs that leave part of it to other tasks of the group -- not in :func:`layouts` (whose dp
+    is the largest that fits), same tp and pp rules. The EA draws them as a second kind of
+    layout mutation, so that tasks of one group can run side by side on different parts of it
+    (our addition; see docs/search.md)."""
+    return _sub_layouts(model, n)
+
+
 def device_classes(cluster: ClusterSpec) -> dict[tuple[str, str], list[int]]:
     """Interchangeable GPUs: (node, GPU type) -> device ids."""
     out: dict[tuple[str, str], list[int]] = {}

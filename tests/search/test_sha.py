@@ -311,3 +311,55 @@ def test_layer_balance_gives_faster_stages_more_layers():
     gen = replace(p, task="actor_generation")
     # generation balances by HBM bandwidth: A100 2039 GB/s vs L4 300 GB/s
     assert balance_layers(model, gen).layers_per_stage[0] > 18
+
+
+# --- part-of-group layouts and the polish (our additions) ----------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 16, 24, 64])
+def test_sub_layouts_complete_level_4(n):
+    from hetrl.search.space import layouts, sub_layouts
+
+    shape = workload_preset("qwen3-8b-ppo-sync").model("actor")
+    full, sub = set(layouts(shape, n)), set(sub_layouts(shape, n))
+    assert not full & sub
+    assert all(dp * pp * tp < n for dp, pp, tp in sub)
+    # together: every (dp, pp, tp) with dp * pp * tp <= n under the tp / pp rules (paper: L4)
+    every = {(dp, pp, tp) for tp in {x[2] for x in full} for pp in range(1, 17)
+             for dp in range(1, n + 1) if dp * pp * tp <= n and pp <= shape.layers}
+    assert full | sub == every
+
+
+def test_offsets_are_block_aligned():
+    from hetrl.search.ea import offsets
+
+    assert list(offsets(16, 24)) == [0, 8, 16]
+    assert list(offsets(8, 16)) == [0, 8]
+    assert list(offsets(6, 16)) == [0, 2, 4, 6, 8, 10, 12, 14]
+
+
+def test_polish_splits_independent_tasks_and_only_improves(small_workload, small_cluster):
+    model = CostModel(small_workload, small_cluster)
+    tasks = tuple(small_workload.task_names)
+    arm = Arm((tasks,), (8,), model, DeviceFacts.of(model), np.random.default_rng(0))
+    assert ("reward_inference", "reference_inference") in arm._independent_pairs()
+    assert all(("actor_generation", t) not in arm._independent_pairs() for t in tasks)
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm.run(ev, 8)
+    before = min(f for f, _ in arm.population)
+    arm.polish(ev, cap=400)
+    after = min(f for f, _ in arm.population)
+    assert after <= before
+    assert arm.evaluations <= 8 + 400
+
+
+def test_hetrl_reaches_the_split_plan_on_a_small_instance(small_workload, small_cluster):
+    """The ILP's optimum on 8 GPUs puts two inference tasks side by side on the two nodes;
+    SHA-EA, with part-of-group layouts and the polish, finds a plan at least as good."""
+    budget = Budget(evaluations=1500, seed=0)
+    a = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    b = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    assert a.plan == b.plan  # deterministic
+    ilp = get_scheduler("ilp").search(small_workload, small_cluster,
+                                      Budget(evaluations=200, seed=0, workers=1))
+    assert a.estimate.iteration_s <= ilp.estimate.iteration_s * 1.01
