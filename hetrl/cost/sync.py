@@ -10,7 +10,8 @@ the same devices in sync mode (the weights are shared in place); a device-local 
 mode (generation keeps its own copy). A device that trains in another layout holds a different
 shard and fetches its generation shard from another training device (no partial reuse), unless
 it trains a whole replica (tp = pp = 1): then a local copy. Concurrent pulls share node NICs: the
-time is the largest of the slowest single pull and every node's bytes in or out over its uplink (NIC, or an edge node's slow link).
+time is the largest of the slowest single pull, every node's bytes in or out over its uplink (NIC, or
+an edge node's slow link) and every device's bytes in or out over its GPU link (NVLink/PCIe).
 """
 
 from __future__ import annotations
@@ -40,18 +41,20 @@ def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tr
 
 
 def _device_factors(cluster: ClusterSpec, params: CostParams
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per device its link efficiency and its effective HBM bandwidth (bytes/s) under ``params``,
-    and the latency and bandwidth matrices side by side (memoised per cluster: pure functions of the
-    devices' GPU types and the topology)."""
-    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per device its link efficiency, its effective HBM bandwidth and its effective GPU link
+    bandwidth (the NVLink/PCIe link every transfer in or out of it crosses; bytes/s) under
+    ``params``, and the latency and bandwidth matrices side by side (memoised per cluster: pure
+    functions of the devices' GPU types and the topology)."""
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         names = [d.gpu.name for d in cluster.devices]
         link = np.array([params.efficiency(g, "link") for g in names])
         hbm = cluster.topology.hbm_Bps * np.array([params.efficiency(g, "hbm") for g in names])
+        gpu_link = np.array([d.gpu.intra_link_gbps * 1e9 for d in cluster.devices]) * link
         lat_bw = np.hstack([cluster.topology.latency_s, cluster.topology.bandwidth_Bps])
-        for a in (link, hbm, lat_bw):
+        for a in (link, hbm, gpu_link, lat_bw):
             a.setflags(write=False)
-        return link, hbm, lat_bw
+        return link, hbm, gpu_link, lat_bw
     return cluster.topology.memoised("sync_device_factors", params, compute)
 
 
@@ -104,7 +107,7 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
                  for d in stage]
         return max(t for _, t in local), [], local
     topo = cluster.topology
-    link_eff, hbm_eff, lat_bw = _device_factors(cluster, params)
+    link_eff, hbm_eff, gpu_link, lat_bw = _device_factors(cluster, params)
     dst = gen.device_array
     eff = link_eff[dst]
     n_all = lat_bw.shape[0]
@@ -112,6 +115,8 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     n_nodes = topo.nic_Bps.size
     node_out = np.zeros(n_nodes)
     node_in = np.zeros(n_nodes)
+    dev_out = np.zeros(n_all)  # bytes each device sends / receives over its GPU link
+    dev_in = np.zeros(n_all)
     worst = 0.0
     pulls: list[tuple[int, int, float]] = []
     local: list[tuple[int, float]] = []
@@ -146,7 +151,11 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
             worst = max(worst, float(quickest.max()))  # the quickest pull of each destination
         sdev = src[best]
         a, b = node_of[sdev], node_of[dst]
-        off = (a != b) & (sdev != dst) & need
+        moved = (sdev != dst) & need
+        if moved.any():
+            dev_out += np.bincount(sdev[moved], weights=nbytes[moved], minlength=n_all)
+            dev_in += np.bincount(dst[moved], weights=nbytes[moved], minlength=n_all)
+        off = (a != b) & moved
         if off.any():
             node_out += np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
             node_in += np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
@@ -158,6 +167,8 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     if node_out.any() or node_in.any():
         nic = topo.uplink_Bps * float(eff.min())
         worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
+    if dev_out.any():  # a device serving several pulls sends them one after another
+        worst = max(worst, float((dev_out / gpu_link).max()), float((dev_in / gpu_link).max()))
     return worst, pulls, local
 
 
