@@ -91,10 +91,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()))
     report = run_report(result, workload, cluster, plan, params)
     report["trace"] = args.trace
+    error = report["estimate_error"]
     lines = [f"{workload.name} on {cluster.name}: {len(report['iterations'])} iteration(s), "
              f"{report['iteration_s']:.3f} s per iteration measured, "
-             f"{report['estimate']['iteration_s']:.3f} s estimated "
-             f"(error {report['estimate_error']:+.1%})"]
+             f"{report['estimate']['iteration_s']:.3f} s estimated"
+             + (f" (error {error:+.1%})" if error is not None else "")]
     for row in report["iterations"]:
         lines.append(f"  iteration {row['iteration']}: {row['seconds']:.3f} s, "
                      f"mean reward {row['mean_reward']:.3f}")

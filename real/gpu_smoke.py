@@ -138,7 +138,7 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
     from hetrl.trace import Trace
     from real.engines.base import make_batch
     from real.runner import RealRun, RunConfig
-    from real.worker import DeviceWorker, digest
+    from real.worker import DeviceWorker
 
     plan = colocated_plan(workload, cluster)
     config = RunConfig(iterations=iterations, seed=seed, device=device.split(":")[0],
@@ -170,15 +170,17 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
             micro = [(batch.select(rows[i:i + mbs]), {k: extras[k][rows[i:i + mbs]]
                                                       for k in ROLE_KEYS[task]})
                      for i in range(0, len(rows), mbs)]
-            worker.train(task, it, micro, {}, None, (0,))
+            total = float(batch.response_mask.sum()) or 1.0
+            worker.train(task, it, micro, [mb.num_response_tokens / total for mb, _ in micro],
+                         {}, None, (0,))
         for src, dst, name in (("actor_training", "actor_generation", "weight_sync"),
                                ("critic_training", "critic_inference", "critic_sync")):
             if src in workload.task_names:
                 state = worker.export_weights(src)
-                got = worker.load_weights(dst, it, name, [0], state)
-                if got != digest(state):
-                    raise RuntimeError(f"{name} of iteration {it}: the loaded weights' digest "
-                                       f"{got[:12]} differs from the trainer's {digest(state)[:12]}")
+                held, sent = worker.load_weights(dst, it, name, [0], state)
+                if held != sent:
+                    raise RuntimeError(f"{name} of iteration {it}: the engine's weights (digest "
+                                       f"{held[:12]}) differ from the trainer's ({sent[:12]})")
         _sync(device)
         end = time.time() - t0
         drained = worker.drain_spans()

@@ -39,11 +39,12 @@ class NetworkEmulator:
 
     def ring_all_reduce_s(self, devices: tuple[int, ...], nbytes: float) -> float:
         """Ring all-reduce of ``nbytes`` per device: 2(n-1) steps of nbytes/n over the ring's
-        slowest link (Patarasuk & Yuan 2009; the cost model's ring formula)."""
+        slowest link, the ring going node by node as the cost model's (Patarasuk & Yuan 2009)."""
         n = len(devices)
         if not self.enabled or n < 2:
             return 0.0
-        ring = list(zip(devices, devices[1:] + devices[:1], strict=True))
+        order = sorted(devices, key=lambda d: (self.cluster.device(d).node, d))  # node by node
+        ring = list(zip(order, order[1:] + order[:1], strict=True))
         step = max(self.transfer_s(a, b, nbytes / n) for a, b in ring)
         return 2 * (n - 1) * step
 

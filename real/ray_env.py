@@ -3,7 +3,9 @@
 On a CPU machine a plan that names A100s and L4s runs by giving the local Ray instance custom
 resources ``accelerator_type:<GPU>`` (one unit per planned device of that type); every device
 worker asks for a small share of its type's resource, so Ray places it only where that type
-exists. On a real cluster Ray's own ``accelerator_type:*`` resources play the same role.
+exists. On a GPU cluster start Ray with the same resource names, e.g.
+``ray start --resources '{"accelerator_type:A100-80GB": 8}'`` (Ray's own ``accelerator_type:*``
+names, such as ``A100``, differ from the catalog's).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ def accelerator_resource(gpu: str) -> str:
 
 
 def ensure_ray(resources: Mapping[str, float] | None = None, num_cpus: int | None = None,
-               address: str | None = None):
+               address: str | None = None, emulate: bool = True):
     """Start a local Ray instance (or join ``address``) unless one is running; return ``ray``.
 
     ``resources``: custom resources of the local instance, e.g. ``{"accelerator_type:A100": 2}``.
-    A local instance also gets ``EMULATED_PER_TYPE`` units of every built-in GPU type, so later
+    With ``emulate`` (CPU runs) a local instance also gets ``EMULATED_PER_TYPE`` units of every
+    built-in GPU type, so later
     plans in the same process (tests share one instance) find their types. A running instance is
     reused as it is; if it lacks a resource a plan needs, placement fails with an error that
     names the resource.
@@ -46,7 +49,8 @@ def ensure_ray(resources: Mapping[str, float] | None = None, num_cpus: int | Non
         return ray
     from hetrl.spec.hardware import gpu_catalog
 
-    emulated = {accelerator_resource(name): float(EMULATED_PER_TYPE) for name in gpu_catalog()}
+    emulated = ({accelerator_resource(name): float(EMULATED_PER_TYPE) for name in gpu_catalog()}
+                if emulate else {})
     emulated.update(resources or {})
     pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=num_cpus or os.cpu_count() or 1, resources=emulated,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hetrl.cost.model import DATA_BYTES_PER_TOKEN
 from hetrl.errors import HetrlError, SpecError, require
 from hetrl.plan import Plan, validate
 from hetrl.spec.cluster import ClusterSpec
@@ -35,7 +36,7 @@ from hetrl.trace import Span, Trace
 from real.algos import AlgoConfig, gae, grpo_advantages
 from real.data import prompt_text, read_jsonl, reward_fn
 from real.engines import validate_engines
-from real.engines.base import make_batch, token_weights
+from real.engines.base import make_batch
 from real.network import NetworkEmulator
 from real.placement import (
     by_device,
@@ -47,7 +48,7 @@ from real.placement import (
 )
 from real.ray_env import ensure_ray
 from real.tokenizer import ByteTokenizer
-from real.worker import DeviceWorker, digest
+from real.worker import DeviceWorker
 
 INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference")
 TRAINING_TASKS = ("actor_training", "critic_training")
@@ -150,6 +151,12 @@ class RealRun:
         self.tok = ByteTokenizer()
         self.tasklets = tasklets(plan, workload)
         self.devices = tuple(sorted({t.device for t in self.tasklets}))
+        if config.kill_at is not None:
+            task, it, device = config.kill_at
+            places = sorted({(t.task, t.device) for t in self.tasklets})
+            require((task, device) in places and 0 <= it < config.iterations, "kill_at",
+                    config.kill_at, f"must name a (task, device) of the plan, one of {places}, "
+                    f"and an iteration in [0, {config.iterations})")
         self.net = NetworkEmulator(cluster, config.emulate_network, config.emulate_speed)
         self.workers: dict[int, Any] = {}
         self.pids: dict[int, int] = {}
@@ -166,7 +173,8 @@ class RealRun:
     def _start(self, t0: float, states: dict[int, dict[str, Any]] | None) -> None:
         """Create the placement group, one worker per device, the gloo world and DP groups."""
         gpu = self.config.device == "cuda"
-        ray = ensure_ray(None if gpu else emulated_resources(self.devices, self.cluster))
+        ray = ensure_ray(None if gpu else emulated_resources(self.devices, self.cluster),
+                         emulate=not gpu)
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -201,8 +209,8 @@ class RealRun:
             port = _free_port()
             self._get({self.workers[d].init_distributed.remote(
                 rank[d], len(self.devices), f"tcp://127.0.0.1:{port}",
-                {k: [rank[x] for x in devs] for k, devs in groups.items()}): (d, "setup", -1)
-                for d in self.devices})
+                {k: [rank[x] for x in devs] for k, devs in groups.items()}, SETUP_TIMEOUT_S):
+                (d, "setup", -1) for d in self.devices}, timeout_s=SETUP_TIMEOUT_S)
 
     def _dp_groups(self) -> dict[str, tuple[int, ...]]:
         """Gradient all-reduce groups: per training task and stage, the devices of its replicas."""
@@ -226,28 +234,60 @@ class RealRun:
             self._pg = None
 
     def _get(self, refs: dict[Any, tuple[int, str, int]], timeout_s: float | None = None) -> list[Any]:
-        """Results of ``refs`` (ref -> (device, task, iteration)), in order; a dead worker becomes
-        a RunError naming its device, GPU type and task (as does a wait beyond ``timeout_s``)."""
+        """Results of ``refs`` (ref -> (device, task, iteration)) in order, taken as they finish.
+        A dead worker becomes a RunError naming its device, GPU type and task; so does a task that
+        failed (naming a dead peer when one is why) or a wait beyond ``timeout_s``."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
-        out = []
-        for ref, (d, task, it) in refs.items():
-            try:
-                out.append(ray.get(ref, timeout=timeout_s))
-            except GetTimeoutError:
+        results: dict[Any, Any] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+            if not ready:
+                d, task, _ = refs[pending[0]]
                 raise RunError(f"device {d} ({self.cluster.device(d).gpu.name}) did not finish "
-                               f"{task} within {timeout_s:.0f} s") from None
-            except RayActorError as exc:
-                gpu = self.cluster.device(d).gpu.name
-                where = f"iteration {it}" if it >= 0 else "set-up"
-                ckpt = self.config.checkpoint_dir
-                hint = (f"; finished iterations are checkpointed in {ckpt}: rerun with --resume"
-                        if ckpt else "; run with a checkpoint directory to be able to resume")
-                raise RunError(f"device {d} ({gpu}, worker pid {self.pids.get(d, '?')}) was lost "
-                               f"during {task} of {where}: its worker died "
-                               f"({type(exc).__name__}){hint}") from None
-        return out
+                               f"{task} within {timeout_s:.0f} s")
+            ref = ready[0]
+            try:
+                results[ref] = ray.get(ref)
+            except RayActorError:
+                raise self._lost(*refs[ref]) from None
+            except RayTaskError as exc:
+                d, task, it = refs[ref]
+                dead = self._dead_devices()
+                if dead:  # a peer's death broke this task's collective
+                    raise self._lost(dead[0], task, it) from None
+                cause = str(exc).strip().splitlines()[-1][:300]
+                raise RunError(f"device {d} ({self.cluster.device(d).gpu.name}) failed during "
+                               f"{task} of iteration {it}: {cause}") from None
+        return [results[r] for r in refs]
+
+    def _lost(self, d: int, task: str, it: int) -> RunError:
+        where = f"iteration {it}" if it >= 0 else "set-up"
+        ckpt = self.config.checkpoint_dir
+        hint = (f"; finished iterations are checkpointed in {ckpt}: rerun with --resume"
+                if ckpt else "; run with a checkpoint directory to be able to resume")
+        return RunError(f"device {d} ({self.cluster.device(d).gpu.name}, worker pid "
+                        f"{self.pids.get(d, '?')}) was lost during {task} of {where}: its worker "
+                        f"died{hint}")
+
+    def _dead_devices(self) -> list[int]:
+        """Devices whose worker has died (a call on a dead actor fails at once; a live one busy in
+        a broken collective answers within the wait or is taken as alive)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        dead = []
+        for d, w in self.workers.items():
+            ref = w.__ray_ready__.remote()
+            ready, _ = ray.wait([ref], timeout=2.0)
+            if ready:
+                try:
+                    ray.get(ready[0])
+                except RayActorError:
+                    dead.append(d)
+        return dead
 
     # --- data ---
     def _prompts(self, it: int) -> tuple[list[list[int]], list[Any]]:
@@ -264,6 +304,10 @@ class RealRun:
         counts = [int(x) for x in raw]
         for i in sorted(range(len(raw)), key=lambda i: counts[i] - raw[i])[: n - sum(counts)]:
             counts[i] += 1
+        if min(counts) == 0:
+            raise SpecError(f"placements[{task}].data_weights", list(self.plan.placement(task).data_weights),
+                            f"give a replica no sequence of the {n} per iteration; every replica "
+                            "needs at least one (raise its weight or use fewer replicas)")
         out, start = [], 0
         for c in counts:
             out.append(list(range(start, start + c)))
@@ -334,11 +378,12 @@ class RealRun:
         return extras, float(score.mean())
 
     def _training(self, it: int, batch: Any, extras: dict[str, Any], home: list[int],
-                  seq_bytes: list[float]) -> dict[str, float]:
+                  train_bytes: list[float]) -> dict[str, float]:
         """Every training task: replicas and stages in parallel, then all-reduce and step."""
         jobs: dict[Any, tuple[int, str, int]] = {}
         reduces: dict[Any, tuple[int, str, int]] = {}
         replica_of: dict[Any, int] = {}
+        loss_weight: dict[Any, float] = {}
         steps: dict[Any, tuple[int, str, int]] = {}
         mbs = self.workload.micro_batch_size
         for task in TRAINING_TASKS:
@@ -347,20 +392,23 @@ class RealRun:
             p = self.plan.placement(task)
             role_keys = ("ref_logp", "advantages") if task == "actor_training" else (
                 "returns", "old_values")
+            total = float(batch.response_mask.sum()) or 1.0
             for r, idx in enumerate(self._split(task, batch.input_ids.shape[0])):
                 micro = [(batch.select(c), {k: extras[k][c] for k in role_keys})
                          for c in _chunks(idx, mbs)]
+                scales = [mb.num_response_tokens / total for mb, _ in micro]
                 stage_devs = tuple(s[0] for s in p.devices[r])
                 group = f"{task}/stage0" if p.dp > 1 else None
                 group_devs = tuple(rr[0][0] for rr in p.devices)
                 if p.pp == 1:
                     d = stage_devs[0]
-                    ref = self.workers[d].train.remote(task, it, micro, self._sources(idx, home, seq_bytes),
+                    ref = self.workers[d].train.remote(task, it, micro, scales,
+                                                       self._sources(idx, home, train_bytes),
                                                        group, group_devs)
                     jobs[ref] = (d, task, it)
                     continue
-                jobs.update(self._pipeline(task, it, micro, stage_devs,
-                                           self._sources(idx, home, seq_bytes)))
+                jobs.update(self._pipeline(task, it, micro, scales, stage_devs,
+                                           self._sources(idx, home, train_bytes), loss_weight))
             if p.pp > 1:
                 for r in range(p.dp):
                     for s in range(p.pp):
@@ -381,24 +429,24 @@ class RealRun:
             norm = math.sqrt(norms[(task, replica_of[ref])])
             steps[self.workers[d].stage_step.remote(task, it, norm)] = (d, task, it)
         self._get(steps)
-        losses: dict[str, list[float]] = {}
-        for (_, task, _), res in zip(jobs.values(), results, strict=True):
-            if isinstance(res, dict):  # a whole-model replica's statistics
+        for ref, res in zip(jobs, results, strict=True):
+            task = jobs[ref][1]
+            if isinstance(res, dict):  # a whole-model replica's share-weighted statistics
                 for k, v in res.items():
-                    stats[f"{task}/{k}"] = v
-            elif isinstance(res, float):  # a pipeline's last stage: one micro-batch's loss
-                losses.setdefault(task, []).append(res)
-        for task, vals in losses.items():
-            stats[f"{task}/loss"] = sum(vals) / len(vals)
+                    stats[f"{task}/{k}"] = stats.get(f"{task}/{k}", 0.0) + v
+            elif ref in loss_weight:  # a pipeline's last stage: one micro-batch's loss
+                stats[f"{task}/loss"] = stats.get(f"{task}/loss", 0.0) + res * loss_weight[ref]
         return stats
 
-    def _pipeline(self, task: str, it: int, micro: list[tuple[Any, Any]], devs: tuple[int, ...],
-                  data_sources: dict[int, float]) -> dict[Any, tuple[int, str, int]]:
+    def _pipeline(self, task: str, it: int, micro: list[tuple[Any, Any]], scales: list[float],
+                  devs: tuple[int, ...], data_sources: dict[int, float],
+                  loss_weight: dict[Any, float]) -> dict[Any, tuple[int, str, int]]:
         """GPipe over the stage workers ``devs``: all forwards, then all backwards; the first
-        stage receives the replica's rollout data from ``data_sources`` (device -> bytes)."""
+        stage receives the replica's rollout data from ``data_sources`` (device -> bytes). Each
+        micro-batch's loss is scaled by ``scales``; ``loss_weight`` gets, per last-stage forward
+        (whose result is that micro-batch's loss), its scale."""
         jobs: dict[Any, tuple[int, str, int]] = {}
         last = len(devs) - 1
-        scales = token_weights([mb for mb, _ in micro])
         for m, (mb, ext) in enumerate(micro):
             x, src = mb.input_ids, None
             for s, d in enumerate(devs):
@@ -406,6 +454,7 @@ class RealRun:
                                                          src, scales[m], data_sources if m == 0 else None)
                 src = d
             jobs[x] = (devs[-1], task, it)
+            loss_weight[x] = scales[m]
         for m in range(len(micro)):
             g, src = None, None
             for s in range(last, -1, -1):
@@ -415,10 +464,10 @@ class RealRun:
             jobs[g] = (devs[0], task, it)
         return jobs
 
-    def _sync(self, it: int, src_task: str, dst_task: str, span_task: str) -> list[tuple]:
+    def _sync(self, it: int, src_task: str, dst_task: str, span_task: str) -> list[tuple[Any, int]]:
         """Submit the pull of ``src_task``'s weights into every replica of ``dst_task``: each stage
         slice from the trainer replica that reaches the destination fastest. Returns one
-        (load ref, destination device, source devices, export refs) per destination."""
+        (load ref, destination device) per destination."""
         src, dst = self.plan.placement(src_task), self.plan.placement(dst_task)
         exports: dict[int, Any] = {}
         loads = []
@@ -432,22 +481,18 @@ class RealRun:
                 chosen.append(d)
             ref = self.workers[g].load_weights.remote(dst_task, it, span_task, chosen,
                                                       *[exports[d] for d in chosen])
-            loads.append((ref, g, tuple(chosen), exports))
+            loads.append((ref, g))
         return loads
 
     def _finish_sync(self, it: int, pending: list[Any], task: str) -> None:
-        """Wait for a sync and check every destination loaded exactly the trainer's weights."""
-        import ray
-
-        for ref, g, chosen, exports in pending:
-            got = self._get({ref: (g, task, it)})[0]
-            merged: dict[str, Any] = {}
-            for d in chosen:
-                merged.update(ray.get(exports[d]))
-            if got != digest(merged):
+        """Wait for a sync and check that every destination's engine now holds exactly the
+        weights the trainer sent (its own state after loading against what was sent)."""
+        for ref, g in pending:
+            held, sent = self._get({ref: (g, task, it)})[0]
+            if held != sent:
                 raise RunError(f"weight sync of iteration {it} to device {g} is not verified: "
-                               f"its weights differ from the trainer's (digest {got[:12]} vs "
-                               f"{digest(merged)[:12]})")
+                               f"its engine holds other weights than the trainer sent (digest "
+                               f"{held[:12]} vs {sent[:12]})")
             self._verified += 1
 
     # --- the loop ---
@@ -455,13 +500,15 @@ class RealRun:
         cfg = self.config
         state, states = _State(), None
         ckpt = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        if cfg.resume and ckpt is not None and (ckpt / CHECKPOINT).exists():
+        if cfg.resume:
+            if not (ckpt / CHECKPOINT).exists():
+                raise SpecError("resume", str(ckpt / CHECKPOINT), "no checkpoint there to resume from")
             state, states = self._load_checkpoint(ckpt / CHECKPOINT)
         resumed = state.next_iteration if cfg.resume else None
         offset = state.iterations[-1][1] if state.iterations else 0.0
         t0 = time.time() - offset
-        self._start(t0, states)
         try:
+            self._start(t0, states)
             if states:  # generators and critic inference start from the restored trainers
                 self._finish_sync(-1, self._sync(-1, "actor_training", "actor_generation",
                                                  "weight_sync"), "weight_sync")
@@ -492,10 +539,14 @@ class RealRun:
                 for i, resp in zip(idx, res, strict=True):
                     responses[i] = resp
             batch = make_batch(prompts, responses)
-            seq_bytes = [float(batch.input_ids[i].numel() * 4) for i in range(len(prompts))]
-            inf = self._inference(it, batch, home, seq_bytes)
+            # rollout data per sequence, bytes per token as the cost model counts them (token
+            # ids for inference; ids, log-probs, advantages and returns for training)
+            tokens = batch.attention_mask.sum(1).tolist()
+            inf = self._inference(it, batch, home,
+                                  [t * DATA_BYTES_PER_TOKEN["inference"] for t in tokens])
             extras, reward = self._advantages(batch, probs, inf, responses)
-            stats = self._training(it, batch, extras, home, seq_bytes)
+            stats = self._training(it, batch, extras, home,
+                                   [t * DATA_BYTES_PER_TOKEN["training"] for t in tokens])
             self._finish_sync(it, self._sync(it, "actor_training", "actor_generation", "weight_sync"),
                               "weight_sync")
             if "critic_training" in self.workload.task_names:
@@ -554,13 +605,25 @@ class RealRun:
         tmp = ckpt / f".{CHECKPOINT}.{os.getpid()}.tmp"
         torch.save({"next_iteration": state.next_iteration, "trainers": trainers,
                     "spans": [s.to_dict() for s in state.spans], "iterations": state.iterations,
-                    "rewards": state.rewards, "stats": state.stats, "plan": self.plan.to_dict()}, tmp)
+                    "rewards": state.rewards, "stats": state.stats, "verified": self._verified,
+                    "run": self._identity()}, tmp)
         os.replace(tmp, ckpt / CHECKPOINT)
+
+    def _identity(self) -> dict[str, Any]:
+        """What a checkpoint must share with the run that resumes it."""
+        return {"workload": self.workload.to_dict(), "cluster": self.cluster.to_dict(),
+                "plan": self.plan.to_dict(), "seed": self.config.seed, "reward": self.config.reward,
+                "lr": self.config.lr, "kl_coef": self.config.kl_coef,
+                "temperature": self.config.temperature, "engines": list(self.config.engines)}
 
     def _load_checkpoint(self, path: Path) -> tuple[_State, dict[int, dict[str, Any]]]:
         data = torch.load(path, weights_only=False)
-        if data.get("plan") != self.plan.to_dict():
-            raise SpecError("resume", str(path), "the checkpoint was written by a different plan")
+        mine = self._identity()
+        for key, value in (data.get("run") or {}).items():
+            if mine.get(key) != value:
+                raise SpecError("resume", str(path), f"the checkpoint was written by a run with "
+                                f"another {key}; resume with the same {key}")
+        self._verified = int(data.get("verified", 0))
         state = _State(data["next_iteration"], [Span.from_dict(s) for s in data["spans"]],
                        [tuple(x) for x in data["iterations"]], list(data["rewards"]),
                        list(data["stats"]))

@@ -12,6 +12,7 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from hetrl.spec.cluster import ClusterSpec
@@ -108,21 +109,17 @@ class DeviceWorker:
         return os.getpid()
 
     def init_distributed(self, rank: int, world: int, init_method: str,
-                         groups: Mapping[str, Sequence[int]]) -> None:
-        """Join the run's gloo world and create every DP group (same order on every worker)."""
+                         groups: Mapping[str, Sequence[int]], timeout_s: float) -> None:
+        """Join the run's gloo world and create every DP group (same order on every worker);
+        a collective waiting longer than ``timeout_s`` fails instead of hanging."""
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=timeout_s))
         for key in sorted(groups):
             g = dist.new_group(list(groups[key]), backend="gloo")
             if rank in groups[key]:
                 self.dist_groups[key] = g
-
-    def shutdown(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
     # --- spans ---
     def _now(self) -> float:
@@ -179,19 +176,17 @@ class DeviceWorker:
         self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
         return out.cpu()
 
-    def train(self, task: str, it: int, micro_batches: list[tuple[Any, Any]],
+    def train(self, task: str, it: int, micro_batches: list[tuple[Any, Any]], scales: list[float],
               sources: Mapping[int, float], group: str | None,
               group_devices: tuple[int, ...]) -> dict[str, float]:
-        """A whole-model (pp = 1) replica: forward/backward over its micro-batches, gradient
-        all-reduce with its DP peers, optimizer step. Returns mean loss statistics."""
+        """A whole-model (pp = 1) replica: forward/backward over its micro-batches (each loss
+        scaled by ``scales``: its share of the whole batch's response tokens), gradient sum with
+        its DP peers, optimizer step. Returns loss statistics weighted by the same scales."""
         self._enter(task, it)
         start = self._now()
         self._receive(task, it, sources)
-        from real.engines.base import token_weights
-
         engine = self.engines[task]
         stats: dict[str, float] = {}
-        scales = token_weights([b for b, _ in micro_batches])
         for (batch, extras), scale in zip(micro_batches, scales, strict=True):
             s = self._compute(engine.forward_backward, batch.to(self.torch_device),
                               {k: v.to(self.torch_device) for k, v in extras.items()}, scale)
@@ -252,7 +247,8 @@ class DeviceWorker:
 
     def _all_reduce(self, task: str, it: int, group: str | None,
                     group_devices: tuple[int, ...]) -> None:
-        """Average gradients over the DP group (gloo), plus the emulated ring time."""
+        """Sum gradients over the DP group (gloo; every replica's loss is already scaled by its
+        share of the whole batch's response tokens), plus the emulated ring time."""
         if group is None:
             return
         import torch.distributed as dist
@@ -260,10 +256,8 @@ class DeviceWorker:
         start = self._now()
         params = [p for p in self.engines[task].parameters() if p.grad is not None]
         nbytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
-        n = len(group_devices)
-        for p in params:
+        for p in params:  # replicas scaled their losses by their share of the batch: a sum
             dist.all_reduce(p.grad, group=self.dist_groups[group])
-            p.grad.div_(n)
         wait(self.net.ring_all_reduce_s(group_devices, nbytes))
         self._span(f"{task} grad all-reduce", "collective", task, it, start, group_devices, nbytes)
 
@@ -276,25 +270,33 @@ class DeviceWorker:
         return engine.state_dict()
 
     def load_weights(self, task: str, it: int, span_task: str, sources_of: Sequence[int],
-                     *states: Mapping[str, Any]) -> str:
-        """Receive weight slices ``states`` from devices ``sources_of`` in parallel, load them,
-        return the digest of what was loaded."""
+                     *states: Mapping[str, Any]) -> tuple[str, str]:
+        """Receive weight slices ``states`` from devices ``sources_of`` in parallel and load them.
+        Returns the digest of the weights the engine holds afterwards and the digest of what was
+        sent, cast to the engine's dtypes: equal when the sync is verified."""
         start = self._now()
         merged: dict[str, Any] = {}
-        sources: dict[int, float] = {}
+        remote: dict[int, float] = {}
         for src, state in zip(sources_of, states, strict=True):
             merged.update(state)
-            sources[src] = sources.get(src, 0.0) + tensor_bytes(state)
-        delay = self.net.gather_s({s: b for s, b in sources.items() if s != self.device}, self.device)
-        wait(delay)
+            if src != self.device:
+                remote[src] = remote.get(src, 0.0) + tensor_bytes(state)
+        wait(self.net.gather_s(remote, self.device))
         self._load_state(task, {"weights": merged})
         self._span(f"{span_task} -> {task}", "transfer", span_task, it, start,
-                   tuple(sorted(sources)) + (self.device,), sum(sources.values()))
-        return digest(merged)
+                   tuple(sorted(remote)) + (self.device,), sum(remote.values()))
+        held = self._held_weights(task)
+        sent = {k: v.to(held[k].dtype) for k, v in merged.items() if k in held}
+        return digest(held), digest(sent)
 
-    def weights_digest(self, task: str) -> str:
+    def _held_weights(self, task: str) -> dict[str, Any]:
+        """The weights ``task``'s engine holds now (full parameter names)."""
         engine = self.engines[task]
-        return digest(engine.stage_state_dict() if self.tasklets[task].stages > 1 else engine.state_dict())
+        if self.tasklets[task].stages > 1:
+            return engine.stage_state_dict()
+        if hasattr(engine, "state_dict"):
+            return engine.state_dict()
+        return {k: v.detach().cpu() for k, v in engine.model.state_dict().items()}
 
     # --- checkpoints ---
     def save_state(self, task: str) -> dict[str, Any]:

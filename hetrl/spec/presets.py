@@ -126,9 +126,10 @@ WORKLOAD_PRESETS: dict[str, tuple[str, Callable[[], WorkloadSpec]]] = {
 
 
 #: Lengths of the tiny jobs of the real backend's CPU path: prompts are the shipped GSM8K-style
-#: problems under the byte tokenizer (one token per byte, ~100-200 per question); responses are
-#: cut at 16 tokens (a randomly initialised model rarely emits EOS, so nearly all reach it).
-TINY_PROMPT_LENGTH = LengthDist(mean=150, max=320, min=60, std=40)
+#: problems under the byte tokenizer (one token per byte plus BOS: 78-120 tokens, mean 99.5, std
+#: 13.5 over real/data/gsm8k_style_256.jsonl); responses are cut at 16 tokens (a randomly
+#: initialised model rarely emits EOS, so nearly all reach it).
+TINY_PROMPT_LENGTH = LengthDist(mean=99.5, max=120, min=78, std=13.5)
 TINY_RESPONSE_LENGTH = LengthDist(mean=16, max=16, min=16, kind="fixed")
 
 

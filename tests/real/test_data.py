@@ -96,3 +96,14 @@ def test_target_byte_reward_and_registry():
     assert REWARDS["target-byte"] is target_byte_reward and reward_fn("math") is math_reward
     with pytest.raises(ValueError, match="unknown reward"):
         reward_fn("nope")
+
+
+def test_tiny_presets_prompt_lengths_match_the_shipped_problems():
+    """The tiny workloads' prompt length distribution is the shipped set's under the tokenizer."""
+    from hetrl.spec.presets import TINY_PROMPT_LENGTH
+    from real.data import SHIPPED, prompt_text, read_jsonl
+    from real.tokenizer import ByteTokenizer
+
+    lengths = [len(ByteTokenizer().encode(prompt_text(p))) for p in read_jsonl(SHIPPED)]
+    assert (min(lengths), max(lengths)) == (TINY_PROMPT_LENGTH.min, TINY_PROMPT_LENGTH.max)
+    assert sum(lengths) / len(lengths) == pytest.approx(TINY_PROMPT_LENGTH.mean, abs=0.05)

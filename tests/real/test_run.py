@@ -151,7 +151,21 @@ def test_calibration_on_cpu_traces_reduces_the_error(cross_region):
     from real.calibrate import CalibrationRun, fit_params
 
     runs = [CalibrationRun.from_trace(cross_region[k][3].trace) for k in ("one", "two")]
-    result = fit_params(runs, max_sweeps=4)
+    result = fit_params(runs)
     print(f"iteration-time error before {result.error_before:.1%}, after {result.error_after:.1%}")
+    assert result.error_before > 0.5  # the defaults describe real A100s and L4s, not this CPU
     assert result.error_after < 0.5 * result.error_before
-    assert result.error_after < 0.25
+
+
+def test_a_replica_without_sequences_is_a_clear_error():
+    from dataclasses import replace as dc_replace
+
+    from hetrl.errors import SpecError
+    from real.runner import RealRun
+
+    wl, cl = workload_preset("tiny-grpo-sync"), cluster_preset("tiny4-single-region")
+    plan = load_plan(EXAMPLES / "plan-tiny-grpo-tiny4.yaml")
+    gen = dc_replace(plan.placement("actor_generation"), data_weights=(1000.0, 1.0))
+    run = RealRun(wl, cl, plan.with_placement(gen))  # no Ray until run()
+    with pytest.raises(SpecError, match=r"placements\[actor_generation\]\.data_weights"):
+        run._split("actor_generation", wl.samples)
