@@ -185,3 +185,19 @@ class TrainingEngine(Protocol):
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters (whose grads a data-parallel all-reduce averages)."""
         ...
+
+
+def check_generate_args(prompts: list[list[int]], max_new_tokens: int, temperature: float,
+                        max_positions: int) -> int:
+    """Validate a rollout engine's ``generate`` arguments (clear errors naming the argument);
+    returns the longest prompt's length (tokens)."""
+    require(len(prompts) > 0 and all(len(p) > 0 for p in prompts), "prompts", prompts,
+            "must be a non-empty list of non-empty token lists")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
+            max_new_tokens, "must be an integer >= 1")
+    require(temperature >= 0, "temperature", temperature, "must be >= 0 (0 is greedy)")
+    longest = max(len(p) for p in prompts)
+    require(longest + max_new_tokens <= max_positions, "max_new_tokens", max_new_tokens,
+            f"longest prompt ({longest}) + max_new_tokens must be <= max_positions "
+            f"({max_positions})")
+    return longest

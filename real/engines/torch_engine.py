@@ -15,7 +15,7 @@ from transformers.cache_utils import DynamicCache
 
 from hetrl.errors import require
 from real.algos import TRAINER_ROLES, AlgoConfig, align_to_actions, token_log_probs, trainer_loss
-from real.engines.base import Extras, RolloutBatch
+from real.engines.base import Extras, RolloutBatch, check_generate_args
 from real.model import (
     StageModule,
     TinyModelSpec,
@@ -67,15 +67,8 @@ class TorchRollout:
         """Response ids per prompt: sampled from softmax(logits / temperature) (greedy when
         ``temperature`` is 0) with a generator seeded by ``seed``; a response ends after EOS
         (kept) or at ``max_new_tokens`` tokens."""
-        require(len(prompts) > 0 and all(len(p) > 0 for p in prompts), "prompts", prompts,
-                "must be a non-empty list of non-empty token lists")
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
-                max_new_tokens, "must be an integer >= 1")
-        require(temperature >= 0, "temperature", temperature, "must be >= 0 (0 is greedy)")
-        longest = max(len(p) for p in prompts)
-        require(longest + max_new_tokens <= self.spec.max_positions, "max_new_tokens",
-                max_new_tokens, f"longest prompt ({longest}) + max_new_tokens must be <= "
-                f"max_positions ({self.spec.max_positions})")
+        longest = check_generate_args(prompts, max_new_tokens, temperature,
+                                      self.spec.max_positions)
         B = len(prompts)
         ids = torch.full((B, longest), PAD, dtype=torch.long)
         mask = torch.zeros((B, longest), dtype=torch.long)

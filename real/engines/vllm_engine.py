@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import torch
 
 from hetrl.errors import HetrlError, require
+from real.engines.base import check_generate_args
 from real.engines.vllm_ext import request_seed, vllm_to_hf
 from real.model import TinyModelSpec, build_causal_lm
 from real.tokenizer import EOS
@@ -78,15 +79,7 @@ class VLLMRollout:
         """Response ids per prompt, sampled at ``temperature`` (0: greedy), prompt i with seed
         :func:`request_seed` (seed, i); a response ends after EOS (kept) or at
         ``max_new_tokens`` tokens."""
-        require(len(prompts) > 0 and all(len(p) > 0 for p in prompts), "prompts", prompts,
-                "must be a non-empty list of non-empty token lists")
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
-                max_new_tokens, "must be an integer >= 1")
-        require(temperature >= 0, "temperature", temperature, "must be >= 0 (0 is greedy)")
-        longest = max(len(p) for p in prompts)
-        require(longest + max_new_tokens <= self.spec.max_positions, "max_new_tokens",
-                max_new_tokens, f"longest prompt ({longest}) + max_new_tokens must be <= "
-                f"max_positions ({self.spec.max_positions})")
+        check_generate_args(prompts, max_new_tokens, temperature, self.spec.max_positions)
         params = [vllm.SamplingParams(n=1, temperature=temperature, max_tokens=max_new_tokens,
                                       seed=request_seed(seed, i), stop_token_ids=[EOS],
                                       detokenize=False)
