@@ -130,32 +130,28 @@ def _peer_class():
             return int(x.nbytes)
 
         def round_trips(self, peer, nbytes: int, reps: int) -> list[float]:
-            import time as _t
-
+            """Seconds of each ``peer.echo`` call with ``nbytes`` bytes (there and back)."""
             import numpy as _np
-            import ray as _ray
 
-            x = _np.zeros(max(1, nbytes), dtype=_np.uint8)
-            _ray.get(peer.echo.remote(x))  # warm-up
-            out = []
-            for _ in range(reps):
-                t0 = _t.perf_counter()
-                _ray.get(peer.echo.remote(x))
-                out.append(_t.perf_counter() - t0)
-            return out
+            return self._timed(peer.echo, _np.zeros(max(1, nbytes), dtype=_np.uint8), reps)
 
         def one_way(self, peer, nbytes: int, reps: int) -> list[float]:
+            """Seconds of each ``peer.sink`` call with ``nbytes`` bytes (there only)."""
+            import numpy as _np
+
+            return self._timed(peer.sink, _np.ones(nbytes, dtype=_np.uint8), reps)
+
+        @staticmethod
+        def _timed(method, x, reps: int) -> list[float]:
             import time as _t
 
-            import numpy as _np
             import ray as _ray
 
-            x = _np.ones(nbytes, dtype=_np.uint8)
-            _ray.get(peer.sink.remote(x))  # warm-up
+            _ray.get(method.remote(x))  # warm-up
             out = []
             for _ in range(reps):
                 t0 = _t.perf_counter()
-                _ray.get(peer.sink.remote(x))
+                _ray.get(method.remote(x))
                 out.append(_t.perf_counter() - t0)
             return out
 
