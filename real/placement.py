@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hetrl.cost.model import cost_model
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.sync import weight_sync_pulls
 from hetrl.errors import SpecError
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
@@ -61,6 +64,30 @@ def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
                 out.append(Tasklet(p.task, info.role, info.kind, r, s, p.pp, stage[0],
                                    (bounds[s], bounds[s + 1]), tuple(bounds)))
     return tuple(out)
+
+
+def sync_sources(plan: Plan, src_task: str, dst_task: str, workload: WorkloadSpec,
+                 cluster: ClusterSpec, params: CostParams = DEFAULT_PARAMS) -> dict[int, list[int]]:
+    """Per device of ``dst_task`` (one per replica: the torch backend runs it with pp = tp = 1),
+    the device of each stage of ``src_task`` that it pulls that stage's weights from: the
+    sources the cost model's weight sync picks (:func:`hetrl.cost.sync.weight_sync_pulls`), so a
+    measured sync replays the estimated one. A destination that trains a stage itself copies it
+    locally (its own id)."""
+    src, dst = plan.placement(src_task), plan.placement(dst_task)
+    shapes = cost_model(workload, cluster, params).shapes(dst_task, dst)
+    pulls, local = weight_sync_pulls(dst, shapes, src, cluster, params, shared_in_place=False)
+    stage_of = {d: s for replica in src.devices for s, stage in enumerate(replica) for d in stage}
+    out: dict[int, list[int | None]] = {r[0][0]: [None] * src.pp for r in dst.devices}
+    for source, d, _ in pulls:
+        out[d][stage_of[source]] = source
+    for d, _ in local:
+        out[d][stage_of[d]] = d
+    for d, chosen in out.items():
+        missing = [s for s, c in enumerate(chosen) if c is None]
+        if missing:
+            raise SpecError(f"weight sync {src_task} -> {dst_task}: device {d} has no source for "
+                            f"stage(s) {missing} of {src_task}")
+    return {d: [int(c) for c in chosen if c is not None] for d, chosen in out.items()}
 
 
 def by_device(items: tuple[Tasklet, ...]) -> dict[int, tuple[Tasklet, ...]]:

@@ -44,6 +44,7 @@ from real.placement import (
     device_bundles,
     emulated_resources,
     missing_resources,
+    sync_sources,
     tasklets,
 )
 from real.ray_env import ensure_ray
@@ -162,6 +163,7 @@ class RealRun:
         self.pids: dict[int, int] = {}
         self._pg = None
         self._verified = 0
+        self._sync_sources: dict[tuple[str, str], dict[int, list[int]]] = {}
         self._later: list[Span] = []  # drained spans of iterations not finished yet
 
     # --- progress ---
@@ -466,19 +468,19 @@ class RealRun:
 
     def _sync(self, it: int, src_task: str, dst_task: str, span_task: str) -> list[tuple[Any, int]]:
         """Submit the pull of ``src_task``'s weights into every replica of ``dst_task``: each stage
-        slice from the trainer replica that reaches the destination fastest. Returns one
-        (load ref, destination device) per destination."""
-        src, dst = self.plan.placement(src_task), self.plan.placement(dst_task)
+        slice from the training device the cost model's weight sync picks for it
+        (:func:`real.placement.sync_sources`). Returns one (load ref, destination device) per
+        destination."""
+        sources = self._sync_sources.get((src_task, dst_task))
+        if sources is None:
+            sources = sync_sources(self.plan, src_task, dst_task, self.workload, self.cluster)
+            self._sync_sources[(src_task, dst_task)] = sources
         exports: dict[int, Any] = {}
         loads = []
-        for replica in dst.devices:
-            g = replica[0][0]
-            chosen = []
-            for s in range(src.pp):
-                d = min((r[s][0] for r in src.devices), key=lambda d: (self.net.transfer_s(d, g, 1e6), d))
+        for g, chosen in sources.items():
+            for d in chosen:
                 if d not in exports:
                     exports[d] = self.workers[d].export_weights.remote(src_task)
-                chosen.append(d)
             ref = self.workers[g].load_weights.remote(dst_task, it, span_task, chosen,
                                                       *[exports[d] for d in chosen])
             loads.append((ref, g))
