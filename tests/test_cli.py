@@ -15,26 +15,14 @@ from hetrl.cli import COMMANDS, main
 from hetrl.io import save_plan
 from hetrl.plan import colocated_plan
 from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
+from tests.cli_helpers import assert_user_error, run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CORE_COMMANDS = ("presets", "describe", "validate")
 
 
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def assert_user_error(code, err, *fragments):
-    """Exit code 2, one line on stderr, no traceback."""
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("hetrl ") and ": error: " in lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 # --- presets -------------------------------------------------------------------------------------

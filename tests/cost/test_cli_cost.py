@@ -8,20 +8,16 @@ import json
 import pytest
 import yaml
 
-from hetrl.cli import main
 from hetrl.cost import CostModel
 from hetrl.io import save_plan
 from hetrl.plan import colocated_plan
 from hetrl.spec.presets import cluster_preset, workload_preset
+from tests.cli_helpers import assert_user_error, run
 from tests.cost.plans import split_plan
 
 BASE = ["estimate", "--workload", "qwen3-8b-ppo-sync", "--cluster", "a100x8"]
 
 
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(capsys, *argv):
@@ -30,15 +26,6 @@ def run_json(capsys, *argv):
     return json.loads(out)
 
 
-def assert_user_error(code, err, *fragments):
-    """Exit code 2, one line on stderr, no traceback."""
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("hetrl ") and ": error: " in lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def write_yaml(path, data):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import assert_user_error, run
+from tests.cli_helpers import assert_user_error, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLAN = str(EXAMPLES / "plan-tiny-grpo-tiny4.yaml")

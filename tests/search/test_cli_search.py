@@ -6,28 +6,16 @@ import json
 
 import pytest
 
-from hetrl.cli import main
 from hetrl.io import load_plan
 from hetrl.spec.presets import cluster_preset, workload_preset
+from tests.cli_helpers import assert_user_error, run
 
 SCHEDULER_NAMES = ["deap", "hetrl", "hetrl-simple", "ilp", "random", "streamrl", "verl",
                    "verl-async"]
 
 
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def assert_user_error(code, err, *fragments):
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and ": error: " in lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def test_plan_json_and_validate(capsys, tmp_path):

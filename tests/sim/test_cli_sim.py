@@ -8,28 +8,17 @@ import json
 import pytest
 import yaml
 
-from hetrl.cli import main
 from hetrl.io import save_plan
 from hetrl.plan import colocated_plan
 from hetrl.trace import Trace
+from tests import cli_helpers
+from tests.cli_helpers import run
 from tests.sim.tiny import TINY, one_node, tiny_workload
 
 
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def assert_user_error(code, err, *fragments):
-    """Exit code 2, one line on stderr, no traceback."""
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("hetrl simulate: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    """A user error of ``hetrl simulate`` (the line names the command)."""
+    return cli_helpers.assert_user_error(code, err, *fragments, command="simulate:")
 
 
 @pytest.fixture
