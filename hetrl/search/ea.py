@@ -177,6 +177,9 @@ class Arm:
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
         self.evaluations = 0
+        #: the arm's evaluation count when its best last improved (see :meth:`stalled`)
+        self.improved_at = 0
+        self._polish_cost: int | None = None
         wl = model.workload
         self.training_groups = [i for i, g in enumerate(groups)
                                 if any(wl.task(t).kind == "training" for t in g)]
@@ -322,8 +325,14 @@ class Arm:
     def fitness(self, ev: Evaluator, g: Genotype) -> float:
         f = ev.evaluate(decode(self.improve(g), self.model, self.load_balance))
         self.evaluations += 1
-        self.best = min(self.best, f)
+        if f < self.best:
+            self.best = f
+            self.improved_at = self.evaluations
         return f
+
+    def stalled(self, steps: int) -> bool:
+        """Whether the arm's last ``steps`` evaluations found nothing better than its best."""
+        return self.evaluations - self.improved_at >= steps
 
     # --- evolution ---
     def step(self, ev: Evaluator) -> None:
@@ -427,6 +436,11 @@ class Arm:
     def polish_cost(self) -> int:
         """About how many evaluations one polish pass takes (counted, not evaluated): the pair
         splits, the sweeps from the best split of each shape, and one coordinate pass."""
+        if self._polish_cost is None:
+            self._polish_cost = self._count_polish()
+        return self._polish_cost
+
+    def _count_polish(self) -> int:
         size = {t: k for k, grp in zip(self.sizes, self.groups, strict=True) for t in grp}
         options = {t: len(self._options(t, size[t])) for t in size}
         total = sum(options.values())

@@ -9,7 +9,8 @@ over its GPU-group sizes with its share, and at the next level-1 round keeps the
 them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and any rounding
 left-over) goes to the EAs of the three best arms, round robin (our addition: one noisy early
 winner is not trusted with everything), each polished (``Arm.polish``, our addition) when its
-best changes and a polish pass fits in a third of the budget.
+best changes and a polish pass fits in a third of the budget, or its EA has stalled (a partial
+pass, stopped at that third).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -276,16 +277,21 @@ class _SHABase(Scheduler):
                 return total // 3
             rate = ev.evaluations / ev.elapsed()
             return int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0)) // 3
+        stall = int(opts.get("stall_steps", 512))
         while not ev.exhausted():
             for i, arm in enumerate(finalists):
                 if polish and arm.best != polished[i]:
                     # our addition: coordinate descent on levels 4-5 whenever the arm's best
                     # has changed since its last polish -- if the budget affords a whole pass
-                    # (a third of it per polish); otherwise the EA's steps are worth more
+                    # (a third of it per polish), or once the arm's EA has stalled (its last
+                    # ``stall_steps`` evaluations found nothing better: its steps are then
+                    # worth less than a partial pass, which stops at the cap); otherwise the
+                    # EA's steps are worth more, and the test is made again at the next turn
+                    # (the measured rate, hence the cap, changes as the search goes on)
                     c = cap()
-                    if arm.polish_cost() <= c:
+                    if arm.polish_cost() <= c or arm.stalled(stall):
                         arm.polish(ev, cap=c)
-                    polished[i] = arm.best
+                        polished[i] = arm.best
                 arm.run(ev, 32)
         return {}
 

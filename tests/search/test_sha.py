@@ -363,3 +363,37 @@ def test_hetrl_reaches_the_split_plan_on_a_small_instance(small_workload, small_
     ilp = get_scheduler("ilp").search(small_workload, small_cluster,
                                       Budget(evaluations=200, seed=0, workers=1))
     assert a.estimate.iteration_s <= ilp.estimate.iteration_s * 1.01
+
+
+def test_arm_stalled_counts_evaluations_since_its_best(small_workload, small_cluster):
+    model = CostModel(small_workload, small_cluster)
+    arm = Arm(tuple((t,) for t in small_workload.task_names), (2, 2, 2, 2), model,
+              DeviceFacts.of(model), np.random.default_rng(0))
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm.run(ev, 40)
+    assert 1 <= arm.improved_at <= arm.evaluations == 40
+    assert arm.stalled(arm.evaluations - arm.improved_at)
+    assert not arm.stalled(arm.evaluations - arm.improved_at + 1)
+
+
+@pytest.mark.parametrize("stall", [64, 10**9])
+def test_stalled_finalist_is_polished_even_when_a_pass_does_not_fit(stall, small_workload,
+                                                                    small_cluster, monkeypatch):
+    """A finalist whose whole polish pass costs more than the cap is still polished (a partial
+    pass) once its EA has stalled; without a stall it is not."""
+    calls = []
+    real = Arm.polish
+
+    def spy(self, ev, max_passes=2, cap=None):
+        calls.append(cap)
+        return real(self, ev, max_passes, cap)
+
+    monkeypatch.setattr(Arm, "polish_cost", lambda self: 10**9)
+    monkeypatch.setattr(Arm, "polish", spy)
+    result = get_scheduler("hetrl", stall_steps=stall).search(
+        small_workload, small_cluster, Budget(evaluations=1500, seed=0))
+    assert result.evaluations <= 1500
+    if stall == 64:
+        assert calls and all(c == 500 for c in calls)
+    else:
+        assert not calls
