@@ -1,7 +1,8 @@
 """HetRL (SHA-EA): nested successive halving over task groupings (level 1) and GPU-group sizes
 (level 2), driving the evolutionary algorithm of :mod:`hetrl.search.ea` on levels 3-5.
 
-Budget E evaluations (a time budget is turned into evaluations by timing a warm-up). Level 1
+Budget E evaluations (a time budget is turned into evaluations by timing a warm-up; with both a
+time and an evaluation budget, E is the smaller). Level 1
 runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each, split evenly over the
 surviving task groupings; after each round the worse half (by the best cost found) is dropped,
 so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
@@ -273,10 +274,11 @@ class _SHABase(Scheduler):
             """A third of the budget; with a time budget, of the evaluations the measured rate
             so far projects to the end (the warm-up's estimate can be far off either way)."""
             b = ev.budget
-            if b.seconds is None or b.evaluations is not None or ev.elapsed() <= 0:
+            if b.seconds is None or ev.elapsed() <= 0:
                 return total // 3
             rate = ev.evaluations / ev.elapsed()
-            return int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0)) // 3
+            projected = int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0))
+            return (projected if b.evaluations is None else min(projected, b.evaluations)) // 3
         stall = int(opts.get("stall_steps", 512))
         while not ev.exhausted():
             for i, arm in enumerate(finalists):
@@ -297,17 +299,20 @@ class _SHABase(Scheduler):
 
     def _evaluation_budget(self, ev: Evaluator, groupings: list, facts: DeviceFacts,
                            rng: np.random.Generator) -> int:
-        if ev.budget.evaluations is not None:
-            return ev.budget.evaluations
-        # Time budget only: time a warm-up of random plans to turn seconds into evaluations.
+        b = ev.budget
+        if b.seconds is None:
+            return b.evaluations  # an evaluation budget alone: deterministic
+        # A time budget (with or without an evaluation cap): time a warm-up of random plans to
+        # turn seconds into evaluations, and plan for whichever of the two runs out first (an
+        # evaluation cap far above what the time allows must not stretch the rounds beyond it).
         warm = Arm(groupings[0], (ev.cluster.num_devices,), ev.model, facts,
                    np.random.default_rng(rng.integers(2**63)), population=4, swaps=self.swaps)
         warm.run(ev, 8)  # the first evaluations fill the cost model's caches: not timed
         t0 = time.perf_counter()
         warm.run(ev, 16)
         rate = 16 / max(time.perf_counter() - t0, 1e-6)
-        assert ev.budget.seconds is not None
-        return max(16, int(rate * ev.budget.seconds))
+        planned = max(16, int(rate * b.seconds))
+        return planned if b.evaluations is None else min(planned, b.evaluations)
 
 
 @register

@@ -397,3 +397,22 @@ def test_stalled_finalist_is_polished_even_when_a_pass_does_not_fit(stall, small
         assert calls and all(c == 500 for c in calls)
     else:
         assert not calls
+
+
+@pytest.mark.parametrize("seconds, evaluations, expect", [
+    (None, 300, "cap"),           # an evaluation budget alone: exactly it
+    (0.5, 10**9, "time"),         # a cap far above what the time allows: the time decides
+    (600.0, 40, "cap"),           # a cap below what the time allows: the cap decides
+])
+def test_evaluation_budget_is_the_smaller_of_time_and_cap(seconds, evaluations, expect,
+                                                          small_workload, small_cluster):
+    sched = HetRLSimpleScheduler()
+    ev = Evaluator(small_workload, small_cluster, Budget(seconds=seconds, evaluations=evaluations))
+    model = ev.model
+    groupings = [(tuple(small_workload.task_names),)]  # the warm-up runs all tasks in one group
+    total = sched._evaluation_budget(ev, groupings, DeviceFacts.of(model),
+                                     np.random.default_rng(0))
+    if expect == "cap":
+        assert total == evaluations
+    else:
+        assert 16 <= total < evaluations
