@@ -186,6 +186,14 @@ class CostModel:
         self._copy_groups: dict[Any, Any] = static[7]
         self._shapes = static[8]
 
+    def memoised(self, key: Any, compute: Any) -> Any:
+        """``compute()``, memoised per ``key`` for this cost model: for callers' pure functions
+        of a plan's parts under this workload, cluster and params (e.g. the load balancer)."""
+        out = self._tasklevel.get(key)
+        if out is None:
+            out = self._tasklevel[key] = compute()
+        return out
+
     # --- building blocks (memoised) ---
     def shapes(self, task: str, p: TaskPlacement) -> tuple[StageShape, ...]:
         info = self._info.get(task)

@@ -80,5 +80,6 @@ def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
 
 
 def balance(model: CostModel, p: TaskPlacement) -> TaskPlacement:
-    """Layer-level then data-level balancing of one placement."""
-    return balance_data(model, balance_layers(model, p))
+    """Layer-level then data-level balancing of one placement (memoised per cost model: a
+    search decodes the same placements again and again)."""
+    return model.memoised(("balance", p), lambda: balance_data(model, balance_layers(model, p)))
