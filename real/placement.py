@@ -87,7 +87,7 @@ def sync_sources(plan: Plan, src_task: str, dst_task: str, workload: WorkloadSpe
         if missing:
             raise SpecError(f"weight sync {src_task} -> {dst_task}: device {d} has no source for "
                             f"stage(s) {missing} of {src_task}")
-    return {d: [int(c) for c in chosen if c is not None] for d, chosen in out.items()}
+    return {d: [int(c) for c in chosen] for d, chosen in out.items()}  # type: ignore[arg-type]
 
 
 def by_device(items: tuple[Tasklet, ...]) -> dict[int, tuple[Tasklet, ...]]:

@@ -193,6 +193,13 @@ class Arm:
         self.sub_options = {t: tuple(x for x in candidate_sub_layouts(wl, t, sizes[i])
                                      if self.aligned(x[0] * x[1] * x[2], sizes[i]))
                             if sub_layouts else () for i, g in enumerate(groups) for t in g}
+        #: per task: its group's GPU count, and its part-of-group layouts by GPUs used
+        self.group_size = {t: sizes[i] for i, g in enumerate(groups) for t in g}
+        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {}
+        for t, opts in self.sub_options.items():
+            by_used = self.sub_by_used[t] = {}
+            for x in opts:
+                by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
         self._needs: dict[tuple[str, Layout], float] = {}
 
     def aligned(self, used: int, n: int) -> bool:
@@ -385,10 +392,7 @@ class Arm:
         likewise. From the two best splits, one pass over the other tasks' (layout, offset)
         options: a group's tasks are coupled through memory (a task that needs less leaves
         more KV cache to generation), so single-task moves alone miss such plans."""
-        exact = {t: {} for t in (a, b)}
-        for t in (a, b):
-            for x in self.sub_options[t]:
-                exact[t].setdefault(x[0] * x[1] * x[2], []).append(x)
+        exact = self.sub_by_used
         sizes = sorted({m for m in range(1, n) if self.aligned(m, n)})
         scored: list[tuple[float, int, bool, int, Genotype]] = []
         for first, second in ((a, b), (b, a)):
@@ -412,7 +416,7 @@ class Arm:
                                 best_t = (k, f, h)
                         g = best_t[2]
                     scored.append((best_t[1], m, first == a, len(scored), g))
-        size = {t: k for k, grp in zip(self.sizes, self.groups, strict=True) for t in grp}
+        size = self.group_size
         others = [t for t, _ in base.layouts if t not in (a, b)]
         starts, seen = [], set()
         for f0, m, first_a, _, g in sorted(scored, key=lambda s: (s[0], s[3])):
@@ -441,21 +445,19 @@ class Arm:
         return self._polish_cost
 
     def _count_polish(self) -> int:
-        size = {t: k for k, grp in zip(self.sizes, self.groups, strict=True) for t in grp}
+        size = self.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
         total = sum(options.values())
+        exact = self.sub_by_used
         for a, b in self._independent_pairs():
             n = size[a]
-            exact = {t: {} for t in (a, b)}
-            for t in (a, b):
-                for x in self.sub_options[t]:
-                    exact[t][x[0] * x[1] * x[2]] = exact[t].get(x[0] * x[1] * x[2], 0) + 1
             shapes = 0
             for first, second in ((a, b), (b, a)):
                 for m in range(1, n):
                     if self.aligned(m, n) and exact[first].get(m) and exact[second].get(n - m):
                         shapes += 1
-                        total += len(offsets(m, n)) * (exact[first][m] + exact[second][n - m])
+                        total += len(offsets(m, n)) * (len(exact[first][m])
+                                                       + len(exact[second][n - m]))
             others = sum(v for t, v in options.items() if t not in (a, b))
             total += shapes * 2 * others
         return total
@@ -467,7 +469,7 @@ class Arm:
         if not self.population:
             return
         best_f, best = min(self.population, key=lambda x: x[0])
-        size = {t: self.sizes[i] for i, g in enumerate(self.groups) for t in g}
+        size = self.group_size
         stop = self.evaluations + (cap if cap is not None else 10**12)
 
         def trial(g: Genotype, f: float | None = None) -> None:
