@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -154,10 +155,6 @@ def _rank(fitness: float, need: float) -> tuple[float, ...]:
     return (fitness, need)
 
 
-class PolishDone(Exception):
-    """A polish used its evaluation cap."""
-
-
 class Arm:
     """An EA population for one (task grouping, GPU-group sizes) pair."""
 
@@ -165,7 +162,7 @@ class Arm:
                  model: CostModel, facts: DeviceFacts, rng: np.random.Generator,
                  population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
-                 p_sub: float = 0.0):
+                 p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -173,6 +170,9 @@ class Arm:
         self.swaps = swaps
         self.load_balance = load_balance
         self.p_sub = p_sub  # share of layout mutations that draw a part-of-group layout
+        #: the polish's pair splits: from how many of the best split shapes, and how many
+        #: greedy sweeps over the other tasks' options from each
+        self.split_starts, self.split_sweeps = split_starts, split_sweeps
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -180,6 +180,11 @@ class Arm:
         #: the arm's evaluation count when its best last improved (see :meth:`stalled`)
         self.improved_at = 0
         self._polish_cost: int | None = None
+        #: the polish pass in progress (a generator, see :meth:`polish`), its [best fitness,
+        #: best genotype], and the arm's best when the last pass finished
+        self._polisher: Iterator[None] | None = None
+        self._polish_state: list = [float("inf"), None]
+        self._polished_best = float("nan")
         wl = model.workload
         self.training_groups = [i for i, g in enumerate(groups)
                                 if any(wl.task(t).kind == "training" for t in g)]
@@ -210,6 +215,7 @@ class Arm:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["model"] = None  # a worker process attaches its own cost model
+        state["_polisher"] = None  # a generator does not pickle: a pass in progress restarts
         return state
 
     # --- genotypes ---
@@ -385,7 +391,8 @@ class Arm:
             out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
         return out
 
-    def _split_pair(self, ev: Evaluator, a: str, b: str, n: int, base: Genotype, trial) -> None:
+    def _split_pair(self, ev: Evaluator, a: str, b: str, n: int, base: Genotype, trial
+                    ) -> Iterator[None]:
         """Tasks ``a`` and ``b`` side by side on complementary windows of their group (sizes m
         and n - m, m a multiple of the node size or n / 2, at every aligned offset, either task
         first): ``a`` takes its best layout on its window with ``b`` on the other, then ``b``
@@ -409,6 +416,7 @@ class Arm:
                             h = g.with_layout(t, x)
                             f = self.fitness(ev, h)
                             trial(h, f)
+                            yield
                             # ties (common: the task is off the critical path) go to the
                             # layout that needs the least memory, leaving room to the others
                             k = _rank(f, self._need(t, x))
@@ -423,8 +431,8 @@ class Arm:
             if (m, first_a) not in seen:  # the best split of each shape
                 seen.add((m, first_a))
                 starts.append((f0, g))
-        for f0, g in starts:
-            for t in others + others:  # greedily, task by task, keeping each task's best option
+        for f0, g in starts[: self.split_starts]:
+            for t in others * self.split_sweeps:  # greedily, task by task, keeping each task's best option
                 cur = (g.layout(t), g.offset(t))
                 here = (_rank(f0, self._need(t, cur[0])), f0, g)
                 for lay, off in self._options(t, size[t]):
@@ -432,6 +440,7 @@ class Arm:
                         h = g.with_layout(t, lay).with_offset(t, off)
                         f = self.fitness(ev, h)
                         trial(h, f)
+                        yield
                         k = _rank(f, self._need(t, lay))
                         if k < here[0]:
                             here = (k, f, h)
@@ -459,53 +468,89 @@ class Arm:
                         total += len(offsets(m, n)) * (len(exact[first][m])
                                                        + len(exact[second][n - m]))
             others = sum(v for t, v in options.items() if t not in (a, b))
-            total += shapes * 2 * others
+            total += min(shapes, self.split_starts) * self.split_sweeps * others
         return total
 
+    def polish_pending(self) -> bool:
+        """Whether :meth:`polish` has work: a pass in progress, or a best genotype no finished
+        pass started from or ended with."""
+        return self._polisher is not None or (bool(self.population)
+                                               and self.best != self._polished_best)
+
+    @property
+    def polishing(self) -> bool:
+        """Whether a polish pass is in progress (stopped at a cap, resumed by the next call)."""
+        return self._polisher is not None
+
     def polish(self, ev: Evaluator, max_passes: int = 2, cap: int | None = None) -> None:
-        """Coordinate descent from the population's best genotype: each task's (layout, offset)
-        in turn, then each pair of independent tasks of a group moved onto the two halves of
-        it; every improvement joins the population as a new individual (replacing the worst)."""
+        """Coordinate descent from the population's best genotype (see :meth:`_descend`), for at
+        most ``cap`` evaluations. A pass stopped at the cap resumes where it stopped at the next
+        call (from the population's best, if the EA has improved on the polish's own); a new
+        pass starts only once the arm's best differs from what the last finished pass ended
+        with. The best genotype found joins the population (replacing the worst)."""
         if not self.population:
             return
+        state = self._polish_state
         best_f, best = min(self.population, key=lambda x: x[0])
-        size = self.group_size
+        if self._polisher is None:
+            if best_f == self._polished_best:
+                return  # converged: nothing new to start from
+            state = self._polish_state = [best_f, best]
+
+            def trial(g: Genotype, f: float | None = None) -> None:
+                if f is None:
+                    f = self.fitness(ev, g)
+                if f < state[0]:
+                    state[0], state[1] = f, g
+
+            self._polisher = self._descend(ev, max_passes, self.group_size, trial,
+                                           lambda: (state[0], state[1]))
+        elif best_f < state[0]:
+            # the EA found better meanwhile: a new pass from it (measured on paper64: a pass
+            # resumed from a stale base stalls where one restarted from the EA's best does not)
+            self._polisher = None
+            self._polished_best = float("nan")
+            return self.polish(ev, max_passes, cap)
         stop = self.evaluations + (cap if cap is not None else 10**12)
-
-        def trial(g: Genotype, f: float | None = None) -> None:
-            nonlocal best_f, best
-            if f is None:
-                f = self.fitness(ev, g)
-            if self.evaluations >= stop:
-                if f < best_f:
-                    best_f, best = f, g
-                raise PolishDone
-            if f < best_f:
-                best_f, best = f, g
-
+        finished = False
         try:
-            self._descend(ev, max_passes, size, trial, lambda: (best_f, best))
-        except PolishDone:
-            pass
+            while self.evaluations < stop:
+                next(self._polisher)
+        except StopIteration:
+            finished = True
+        except BaseException:
+            self._polisher = None  # e.g. the budget ran out mid-move: the pass cannot resume
+            self._adopt(state)
+            raise
+        self._adopt(state)
+        if finished:
+            self._polisher = None
+            self._polished_best = self.best
+
+    def _adopt(self, state: list) -> None:
+        """Put the polish's best genotype into the population in place of the worst."""
+        best_f, best = state
         worst = max(range(len(self.population)), key=lambda k: self.population[k][0])
         if best_f < self.population[worst][0] and all(g != best for _, g in self.population):
             self.population[worst] = (best_f, best)
 
     def _descend(self, ev: Evaluator, max_passes: int, size: dict[str, int], trial,
-                 current) -> None:
+                 current) -> Iterator[None]:
         """Pair splits (first pass), then each task's (layout, offset) in turn, from the best
-        so far (``current()``), while a pass improves."""
+        so far (``current()``), while a pass improves. A generator: it yields after each
+        evaluation, so a pass can stop at a cap and resume later."""
         for pass_ in range(max_passes):
             start = current()[0]
             if pass_ == 0:
                 for a, b in self._independent_pairs():
-                    self._split_pair(ev, a, b, size[a], current()[1], trial)
+                    yield from self._split_pair(ev, a, b, size[a], current()[1], trial)
             for t in [t for t, _ in current()[1].layouts]:
                 base = current()[1]
                 cur = (base.layout(t), base.offset(t))
                 for lay, off in self._options(t, size[t]):
                     if (lay, off) != cur:
                         trial(base.with_layout(t, lay).with_offset(t, off))
+                        yield
             if current()[0] >= start:
                 break
 

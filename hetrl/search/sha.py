@@ -8,10 +8,11 @@ surviving task groupings; after each round the worse half (by the best cost foun
 so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
 over its GPU-group sizes with its share, and at the next level-1 round keeps the best half of
 them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and any rounding
-left-over) goes to the EAs of the three best arms, round robin (our addition: one noisy early
-winner is not trusted with everything), each polished (``Arm.polish``, our addition) when its
-best changes and a polish pass fits in a third of the budget, or its EA has stalled (a partial
-pass, stopped at that third).
+left-over) goes to the EAs of the three best arms and of the best all-co-located arm, round
+robin (our addition: one noisy early winner is not trusted with everything, and the co-located
+arm's worth shows only under the polish), each polished (``Arm.polish``, our addition) whenever
+its best has changed, at most a third of the budget per call, a pass stopped there resuming at
+the arm's next turn.
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -74,6 +75,23 @@ class _Level1:
     @property
     def best(self) -> float:
         return min(a.best for a in self.arms)
+
+
+def choose_finalists(alive: list[_Level1], level1: list[_Level1], colocated: bool = True,
+                     count: int = 3) -> list[Arm]:
+    """The arms of the final phase: the ``count`` best arms of the surviving groupings, and
+    (``colocated``, our addition) the best arm of the all-co-located grouping even if the
+    halving dropped it. With part-of-group layouts its plans include any side-by-side split of
+    independent tasks, which the polish explores and the EA alone rarely reaches, so the loss
+    the halving ranks it by (the EA's) understates it: on paper64-multi-country, Qwen3-8B PPO,
+    60 s, seeds 0-2, 107.7-131.0 s without it, 84.7-99.4 s with it (docs/search.md)."""
+    out = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:count]
+    together = [l1 for l1 in level1 if len(l1.grouping) == 1]
+    if colocated and together:
+        best = min(together[0].arms, key=lambda a: a.best)
+        if best not in out and math.isfinite(best.best):
+            out.append(best)
+    return out
 
 
 def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -> list[Arm]:
@@ -219,7 +237,9 @@ class _SHABase(Scheduler):
             sizes_list = sample_sizes(n, len(grouping), k, rng)
             arms = [Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
                         population=population, swaps=self.swaps, load_balance=load_balance,
-                        sub_layouts=sub, p_sub=float(opts.get("p_sub", 0.0)))
+                        sub_layouts=sub, p_sub=float(opts.get("p_sub", 0.0)),
+                        split_starts=int(opts.get("split_starts", 2)),
+                        split_sweeps=int(opts.get("split_sweeps", 1)))
                     for sizes in sizes_list]
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
@@ -248,8 +268,13 @@ class _SHABase(Scheduler):
         seconds = ev.budget.seconds
         runner = _Runner(ev, ev.budget.workers,
                          None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds))
+        completed = 0
         try:
             for r in range(rounds):
+                if r > 0 and seconds is not None:
+                    per_round = self._replanned(ev, runner.deadline, rounds - r, spent0,
+                                                round_start, exploit)
+                round_start = (ev.elapsed(), ev.evaluations)
                 share = per_round / len(alive)
                 for l1 in alive:
                     if r > 0 and self.halve:  # keep the best half of each survivor's GPU groupings
@@ -258,6 +283,7 @@ class _SHABase(Scheduler):
                 runner.run([(l1, share) for l1 in alive], self.halve)
                 if ev.exhausted() or runner.past_deadline():
                     break
+                completed += 1
                 if self.halve and len(alive) > 1:
                     alive.sort(key=lambda x: x.best)
                     alive = alive[: max(1, len(alive) // 2)]
@@ -266,9 +292,8 @@ class _SHABase(Scheduler):
         # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
-        finalists = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:3]
+        finalists = choose_finalists(alive, level1, bool(opts.get("colocated_finalist", True)))
         polish = bool(opts.get("polish", True))
-        polished = [float("nan")] * len(finalists)
 
         def cap() -> int:
             """A third of the budget; with a time budget, of the evaluations the measured rate
@@ -279,23 +304,44 @@ class _SHABase(Scheduler):
             rate = ev.evaluations / ev.elapsed()
             projected = int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0))
             return (projected if b.evaluations is None else min(projected, b.evaluations)) // 3
-        stall = int(opts.get("stall_steps", 512))
-        while not ev.exhausted():
-            for i, arm in enumerate(finalists):
-                if polish and arm.best != polished[i]:
-                    # our addition: coordinate descent on levels 4-5 whenever the arm's best
-                    # has changed since its last polish -- if the budget affords a whole pass
-                    # (a third of it per polish), or once the arm's EA has stalled (its last
-                    # ``stall_steps`` evaluations found nothing better: its steps are then
-                    # worth less than a partial pass, which stops at the cap); otherwise the
-                    # EA's steps are worth more, and the test is made again at the next turn
-                    # (the measured rate, hence the cap, changes as the search goes on)
-                    c = cap()
-                    if arm.polish_cost() <= c or arm.stalled(stall):
-                        arm.polish(ev, cap=c)
-                        polished[i] = arm.best
-                arm.run(ev, 32)
-        return {}
+        stall = int(opts.get("stall_steps", 0))
+        try:
+            while not ev.exhausted():
+                for arm in finalists:
+                    if polish and arm.polish_pending():
+                        # our addition: coordinate descent on levels 4-5 from the arm's best, for
+                        # at most a third of the budget per call -- started if the budget affords
+                        # a whole pass, or once the arm's EA has stalled (its last ``stall_steps``
+                        # evaluations found nothing better: its steps are then worth less than a
+                        # partial pass); a pass stopped at the cap resumes at the arm's next turn,
+                        # and a new one starts whenever the arm's best has changed. Otherwise the
+                        # EA's steps are worth more, and the test is made again at the next turn
+                        # (the measured rate, hence the cap, changes as the search goes on).
+                        c = cap()
+                        if arm.polishing or arm.polish_cost() <= c or arm.stalled(stall):
+                            arm.polish(ev, cap=c)
+                    arm.run(ev, 32)
+        except BudgetExhausted:
+            pass
+        return {"halving_rounds": rounds, "halving_rounds_completed": completed}
+
+    @staticmethod
+    def _replanned(ev: Evaluator, deadline: float, rounds_left: int, spent0: int,
+                   last: tuple[float, int], exploit: float) -> float:
+        """With a time budget, a round's evaluations from the rate the last round measured
+        (``last``: its start, as (elapsed seconds, evaluations)): what it projects to the rounds'
+        deadline, split over the rounds left (capped by an evaluation budget's share, if any).
+        The warm-up's rate (16 evaluations, caches cold) can be off several times either way;
+        planned from it alone, the rounds either ended at the deadline with the halving
+        unfinished -- the final phase then picked its arms among dozens of barely tried
+        groupings -- or left much of the time unplanned. The last round's rate, not the mean
+        so far: rounds speed up as fewer groupings share more evaluations (more cache hits)."""
+        rate = (ev.evaluations - last[1]) / max(ev.elapsed() - last[0], 1e-6)
+        out = rate * max(deadline - ev.elapsed(), 0.0) / rounds_left
+        if ev.budget.evaluations is not None:
+            left = (ev.budget.evaluations - spent0) * (1 - exploit) - (ev.evaluations - spent0)
+            out = min(out, left / rounds_left)
+        return max(out, 0.0)
 
     def _evaluation_budget(self, ev: Evaluator, groupings: list, facts: DeviceFacts,
                            rng: np.random.Generator) -> int:

@@ -416,3 +416,65 @@ def test_evaluation_budget_is_the_smaller_of_time_and_cap(seconds, evaluations, 
         assert total == evaluations
     else:
         assert 16 <= total < evaluations
+
+
+def _colocated_arm(workload, cluster, seed=0):
+    model = CostModel(workload, cluster)
+    tasks = tuple(workload.task_names)
+    return Arm((tasks,), (cluster.num_devices,), model, DeviceFacts.of(model),
+               np.random.default_rng(seed))
+
+
+def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_cluster):
+    """Two polish calls of 100 evaluations each do what one of 200 does: the pass stopped at
+    the first cap goes on from where it stopped, it does not start again."""
+    ev_a = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    ev_b = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    a, b = _colocated_arm(small_workload, small_cluster), _colocated_arm(small_workload,
+                                                                        small_cluster)
+    assert a.polish_cost() > 200  # so both stop at their caps
+    for arm, ev in ((a, ev_a), (b, ev_b)):
+        arm.run(ev, 8)
+    a.polish(ev_a, cap=100)
+    assert a.polishing and a.polish_pending()
+    a.polish(ev_a, cap=100)
+    b.polish(ev_b, cap=200)
+    assert a.evaluations == b.evaluations == 208
+    assert sorted(f for f, _ in a.population) == sorted(f for f, _ in b.population)
+
+
+def test_finished_polish_waits_for_a_new_best(small_workload, small_cluster):
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm = _colocated_arm(small_workload, small_cluster)
+    arm.run(ev, 8)
+    arm.polish(ev)  # no cap: the whole pass
+    assert not arm.polishing and not arm.polish_pending()
+    spent = arm.evaluations
+    arm.polish(ev)  # nothing new to start from: no evaluations
+    assert arm.evaluations == spent
+    arm.best = arm.best - 1.0  # as if the EA had found better
+    assert arm.polish_pending()
+
+
+class _FakeArm:
+    def __init__(self, best):
+        self.best = best
+
+
+def test_finalists_keep_the_best_colocated_arm():
+    from hetrl.search.sha import _Level1, choose_finalists
+
+    together = _Level1((("a", "b", "c"),), [_FakeArm(9.0), _FakeArm(7.0)], True)
+    split = _Level1((("a",), ("b", "c")), [_FakeArm(1.0), _FakeArm(2.0), _FakeArm(3.0),
+                                           _FakeArm(4.0)], True)
+    alive = [split]  # the halving dropped the co-located grouping
+    out = choose_finalists(alive, [together, split])
+    assert [a.best for a in out] == [1.0, 2.0, 3.0, 7.0]
+    assert [a.best for a in choose_finalists(alive, [together, split], colocated=False)] == [
+        1.0, 2.0, 3.0]
+    # already among the best three: not added twice
+    together.arms.append(_FakeArm(0.5))
+    assert [a.best for a in choose_finalists([together, split], [together, split])] == [
+        0.5, 1.0, 2.0]
+    together.arms = [_FakeArm(float("inf"))]  # nothing feasible found: not kept
+    assert len(choose_finalists(alive, [together, split])) == 3
