@@ -23,8 +23,8 @@ final phase; what it finds joins the population as a genotype (see docs/search.m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -432,7 +432,7 @@ class Arm:
                 seen.add((m, first_a))
                 starts.append((f0, g))
         for f0, g in starts[: self.split_starts]:
-            for t in others * self.split_sweeps:  # greedily, task by task, keeping each task's best option
+            for t in others * self.split_sweeps:  # greedily, each task keeping its best option
                 cur = (g.layout(t), g.offset(t))
                 here = (_rank(f0, self._need(t, cur[0])), f0, g)
                 for lay, off in self._options(t, size[t]):
@@ -472,8 +472,8 @@ class Arm:
         return total
 
     def polish_pending(self) -> bool:
-        """Whether :meth:`polish` has work: a pass in progress, or a best genotype no finished
-        pass started from or ended with."""
+        """Whether :meth:`polish` has work: a pass in progress, or an arm's best other than
+        the one the last finished pass ended with."""
         return self._polisher is not None or (bool(self.population)
                                                and self.best != self._polished_best)
 
@@ -485,9 +485,10 @@ class Arm:
     def polish(self, ev: Evaluator, max_passes: int = 2, cap: int | None = None) -> None:
         """Coordinate descent from the population's best genotype (see :meth:`_descend`), for at
         most ``cap`` evaluations. A pass stopped at the cap resumes where it stopped at the next
-        call (from the population's best, if the EA has improved on the polish's own); a new
-        pass starts only once the arm's best differs from what the last finished pass ended
-        with. The best genotype found joins the population (replacing the worst)."""
+        call, unless the EA has meanwhile found a better genotype than the pass's best: then a
+        new pass starts from it. After a finished pass, a new one starts only once the arm's
+        best differs from what that pass ended with. The best genotype found joins the
+        population (replacing the worst)."""
         if not self.population:
             return
         state = self._polish_state

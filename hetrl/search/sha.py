@@ -83,8 +83,7 @@ def choose_finalists(alive: list[_Level1], level1: list[_Level1], colocated: boo
     (``colocated``, our addition) the best arm of the all-co-located grouping even if the
     halving dropped it. With part-of-group layouts its plans include any side-by-side split of
     independent tasks, which the polish explores and the EA alone rarely reaches, so the loss
-    the halving ranks it by (the EA's) understates it: on paper64-multi-country, Qwen3-8B PPO,
-    60 s, seeds 0-2, 107.7-131.0 s without it, 84.7-99.4 s with it (docs/search.md)."""
+    the halving ranks it by (the EA's) understates it (docs/search.md)."""
     out = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:count]
     together = [l1 for l1 in level1 if len(l1.grouping) == 1]
     if colocated and together:
@@ -268,7 +267,7 @@ class _SHABase(Scheduler):
         seconds = ev.budget.seconds
         runner = _Runner(ev, ev.budget.workers,
                          None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds))
-        completed = 0
+        completed, round_start = 0, (ev.elapsed(), ev.evaluations)
         try:
             for r in range(rounds):
                 if r > 0 and seconds is not None:
@@ -305,21 +304,20 @@ class _SHABase(Scheduler):
             projected = int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0))
             return (projected if b.evaluations is None else min(projected, b.evaluations)) // 3
         stall = int(opts.get("stall_steps", 0))
+        # a polish call's cap: a third of the budget over the finalists, so every finalist's
+        # pass advances in each turn of the round robin (passes resume where they stopped)
+        chunks = int(opts.get("polish_chunks", len(finalists)))
         try:
             while not ev.exhausted():
                 for arm in finalists:
                     if polish and arm.polish_pending():
-                        # our addition: coordinate descent on levels 4-5 from the arm's best, for
-                        # at most a third of the budget per call -- started if the budget affords
-                        # a whole pass, or once the arm's EA has stalled (its last ``stall_steps``
-                        # evaluations found nothing better: its steps are then worth less than a
-                        # partial pass); a pass stopped at the cap resumes at the arm's next turn,
-                        # and a new one starts whenever the arm's best has changed. Otherwise the
-                        # EA's steps are worth more, and the test is made again at the next turn
-                        # (the measured rate, hence the cap, changes as the search goes on).
+                        # our addition: coordinate descent on levels 4-5 from the arm's best
+                        # (see Arm.polish), started if the budget affords a whole pass or once
+                        # the arm's EA has stalled (``stall_steps``, 0: at once); a pass
+                        # stopped at its cap resumes at the arm's next turn.
                         c = cap()
                         if arm.polishing or arm.polish_cost() <= c or arm.stalled(stall):
-                            arm.polish(ev, cap=c)
+                            arm.polish(ev, cap=max(1, c // chunks))
                     arm.run(ev, 32)
         except BudgetExhausted:
             pass

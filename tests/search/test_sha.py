@@ -478,3 +478,41 @@ def test_finalists_keep_the_best_colocated_arm():
         0.5, 1.0, 2.0]
     together.arms = [_FakeArm(float("inf"))]  # nothing feasible found: not kept
     assert len(choose_finalists(alive, [together, split])) == 3
+
+
+class _Clock:
+    """An Evaluator stand-in for the replanning arithmetic: evaluations, elapsed seconds, and
+    a budget with an optional evaluation cap."""
+
+    def __init__(self, evaluations, elapsed, cap=None):
+        self.evaluations, self._elapsed = evaluations, elapsed
+        self.budget = Budget(seconds=100.0, evaluations=cap)
+
+    def elapsed(self):
+        return self._elapsed
+
+
+def test_rounds_are_replanned_from_the_last_rounds_rate():
+    from hetrl.search.sha import _SHABase
+
+    # the last round: 1,000 evaluations in 10 s (100/s); 20 s left to the rounds' deadline,
+    # over 4 rounds: 500 evaluations each -- whatever the warm-up planned
+    ev = _Clock(evaluations=3000, elapsed=50.0)
+    assert _SHABase._replanned(ev, 70.0, 4, 0, (40.0, 2000), 0.3) == pytest.approx(500.0)
+    # an evaluation cap bounds it
+    # (the cap's 70% for the rounds: (4,000 - 24) x 0.7 = 2,783.2, less what they have spent)
+    ev = _Clock(evaluations=2976 + 24, elapsed=50.0, cap=4000)
+    assert _SHABase._replanned(ev, 70.0, 4, 24, (40.0, 2000), 0.3) == 0.0  # all spent
+    ev = _Clock(evaluations=1024, elapsed=50.0, cap=4000)  # 1,000 spent; rate 1,024 / 10 s
+    assert _SHABase._replanned(ev, 70.0, 4, 24, (40.0, 0), 0.3) == pytest.approx(
+        ((4000 - 24) * 0.7 - 1000) / 4)
+    # past the deadline: nothing
+    assert _SHABase._replanned(_Clock(3000, 80.0), 70.0, 2, 0, (40.0, 2000), 0.3) == 0.0
+
+
+def test_time_budget_reports_its_halving_rounds(small_workload, small_cluster):
+    result = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                           Budget(seconds=2.0, seed=0))
+    assert 1 <= result.extra["halving_rounds"]
+    assert 0 <= result.extra["halving_rounds_completed"] <= result.extra["halving_rounds"]
+    assert result.to_dict()["halving_rounds"] == result.extra["halving_rounds"]
