@@ -1,8 +1,9 @@
 """HetRL (SHA-EA): nested successive halving over task groupings (level 1) and GPU-group sizes
 (level 2), driving the evolutionary algorithm of :mod:`hetrl.search.ea` on levels 3-5.
 
-Budget E evaluations (a time budget is turned into evaluations by timing a warm-up; with both a
-time and an evaluation budget, E is the smaller). Level 1
+Budget E evaluations (a time budget is turned into evaluations by timing a warm-up, and each
+round after the first is replanned from the rate the last one measured; with both a time and an
+evaluation budget, E is the smaller). Level 1
 runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each, split evenly over the
 surviving task groupings; after each round the worse half (by the best cost found) is dropped,
 so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
@@ -11,8 +12,8 @@ them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and an
 left-over) goes to the EAs of the three best arms and of the best all-co-located arm, round
 robin (our addition: one noisy early winner is not trusted with everything, and the co-located
 arm's worth shows only under the polish), each polished (``Arm.polish``, our addition) whenever
-its best has changed, at most a third of the budget per call, a pass stopped there resuming at
-the arm's next turn.
+its best has changed, at most a third of the budget over the finalists per call, a pass
+stopped there resuming at the arm's next turn.
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
