@@ -493,6 +493,10 @@ class Arm:
             return
         state = self._polish_state
         best_f, best = min(self.population, key=lambda x: x[0])
+        if self._polisher is not None and best_f < state[0]:
+            # the EA found better meanwhile: a new pass from it (measured on paper64: a pass
+            # resumed from a stale base stalls where one restarted from the EA's best does not)
+            self._polisher = None
         if self._polisher is None:
             if best_f == self._polished_best:
                 return  # converged: nothing new to start from
@@ -506,12 +510,6 @@ class Arm:
 
             self._polisher = self._descend(ev, max_passes, self.group_size, trial,
                                            lambda: (state[0], state[1]))
-        elif best_f < state[0]:
-            # the EA found better meanwhile: a new pass from it (measured on paper64: a pass
-            # resumed from a stale base stalls where one restarted from the EA's best does not)
-            self._polisher = None
-            self._polished_best = float("nan")
-            return self.polish(ev, max_passes, cap)
         stop = self.evaluations + (cap if cap is not None else 10**12)
         finished = False
         try:
