@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -286,23 +286,44 @@ class CostModel:
         out = self._tasks.get(key)
         if out is not None:
             return out
-        worst: ReplicaCost | None = None
-        violations: list[str] = []
         hw_of, L, params = self.hw, self.L, self.params
         samples, max_conc = self.workload.samples, self.workload.gen_max_concurrency
+        # A replica's time rises with its sequence count for a given engine (hardware) and KV
+        # budget (docs/cost-model.md), so per (engine, budget) only the replica with the most
+        # sequences (the first of equals) can be the slowest: price that one. Violations depend
+        # on the engine and budget alone and are reported for every replica.
         engines: dict[int, Any] = {}  # per replica hardware (often shared by replicas)
-        for share, replica, budget in zip(p.data_shares, p.devices, budgets, strict=True):
+        classes: dict[Any, list] = {}  # (engine, budget) -> [most sequences, its index, engine]
+        members: list[Any] = []
+        for i, (share, replica, budget) in enumerate(zip(p.data_shares, p.devices, budgets,
+                                                          strict=True)):
             hw = hw_of(replica)
             engine = engines.get(id(hw))
             if engine is None:
                 engine = engines[id(hw)] = generation_engine(shapes, hw, L, params)
-            rc = engine.replica(samples * share, budget, max_conc)
+            key = (id(engine), budget)
+            n = samples * share
+            cls = classes.get(key)
+            if cls is None:
+                classes[key] = [n, i, engine, budget]
+            elif n > cls[0]:
+                cls[0], cls[1] = n, i
+            members.append(key)
+        worst: ReplicaCost | None = None
+        worst_i = -1
+        priced: dict[Any, ReplicaCost] = {}
+        for key, (n, i, engine, budget) in classes.items():
+            rc = priced[key] = engine.replica(n, budget, max_conc)
+            if worst is None or rc.seconds > worst.seconds or (
+                    rc.seconds == worst.seconds and i < worst_i):
+                worst, worst_i = rc, i
+        assert worst is not None
+        violations: list[str] = []
+        for replica, key in zip(p.devices, members, strict=True):
+            rc = priced[key]
             if rc.violations:
                 violations += [f"actor_generation replica {replica[0][0]}..: {v}"
                                for v in rc.violations]
-            if worst is None or rc.seconds > worst.seconds:
-                worst = rc
-        assert worst is not None
         out = _TaskResult(worst.seconds, dict(worst.parts), tuple(violations), worst.concurrency)
         self._tasks[key] = out
         return out
@@ -664,30 +685,49 @@ def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -
                                      lambda: _dp_links(cluster, grid, stage_bytes))
 
 
-def _dp_links(cluster: ClusterSpec, grid_ids: Grid, stage_bytes: tuple[float, ...]) -> tuple[
+def _dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -> tuple[
         list[tuple[float, str]], list[tuple[int, str, GroupLinks]]]:
-    topo = cluster.topology
-    grid = np.array(grid_ids)  # (dp, pp, tp)
-    dp, pp, tp = grid.shape
-    stages = [(float(topo.hbm_Bps[grid[:, j, :]].min()),
-               cluster.devices[int(grid[0, j, 0])].gpu.name) for j in range(pp)]
-    members_of = [(j, tuple(grid[:, j, k].tolist())) for j in range(pp) for k in range(tp)]
-    load = np.zeros(len(cluster.nodes))  # bytes of all rings leaving each node
-    for j, members in members_of:
-        nodes = {int(topo.node_of[d]) for d in members}
+    stages, members_of = _dp_groups(cluster, grid)
+    load: dict[int, float] = {}  # bytes of all rings leaving each node
+    for j, _, nodes, _ in members_of:
         if len(nodes) > 1:
-            load[list(nodes)] += stage_bytes[j]
+            for n in nodes:
+                load[n] = load.get(n, 0.0) + stage_bytes[j]
     groups = []
-    if dp > 1:
-        for j, members in members_of:
-            g = group_links(cluster, members)
+    if len(grid) > 1:
+        uplink = cluster.topology.lists["uplink_Bps"]
+        for j, gpu, nodes, g in members_of:
             if g.nodes > 1:
-                nodes = list({int(topo.node_of[d]) for d in members})
-                share = float((topo.uplink_Bps[nodes] * stage_bytes[j] / load[nodes]).min())
-                g = replace(g, ring_Bps=min(g.ring_Bps, share),
-                            inter_Bps=min(g.inter_Bps, share / max(g.per_node, 1)))
-            groups.append((j, cluster.devices[members[0]].gpu.name, g))
+                share = min(uplink[n] * stage_bytes[j] / load[n] for n in nodes)
+                g = GroupLinks(g.n, g.ring_latency_s, min(g.ring_Bps, share), g.nodes,
+                               g.per_node, g.intra_latency_s, g.intra_Bps, g.inter_latency_s,
+                               min(g.inter_Bps, share / max(g.per_node, 1)))
+            groups.append((j, gpu, g))
     return stages, groups
+
+
+def _dp_groups(cluster: ClusterSpec, grid: Grid) -> tuple[
+        list[tuple[float, str]], list[tuple[int, str, tuple[int, ...], GroupLinks | None]]]:
+    """The byte-independent facts of :func:`dp_links` (memoised per cluster and grid, so the
+    actor's and the critic's training on one grid share them): per stage the smallest HBM
+    bandwidth and its first device's GPU type; per DP group (stage j, tp rank k) its stage, GPU
+    type, nodes in order of first appearance, and links (None when dp is 1)."""
+    def compute() -> tuple:
+        lists = cluster.topology.lists
+        hbm, node_of = lists["hbm_Bps"], lists["node_of"]
+        devices = cluster.devices
+        pp, tp = len(grid[0]), len(grid[0][0])
+        stages = [(min(hbm[d] for rep in grid for d in rep[j]), devices[grid[0][j][0]].gpu.name)
+                  for j in range(pp)]
+        out = []
+        for j in range(pp):
+            for k in range(tp):
+                members = tuple(rep[j][k] for rep in grid)
+                nodes = tuple(dict.fromkeys(node_of[d] for d in members))
+                g = group_links(cluster, members) if len(grid) > 1 else None
+                out.append((j, devices[members[0]].gpu.name, nodes, g))
+        return stages, out
+    return cluster.topology.memoised("dp_groups", grid, compute)
 
 
 def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],

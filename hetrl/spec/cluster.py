@@ -332,9 +332,11 @@ class Topology:
 
     @cached_property
     def lists(self) -> dict[str, list[float]]:
-        """Per-device ``flops``, ``hbm_Bps`` and ``memory_bytes`` as lists (fast look-ups)."""
+        """Per-device ``flops``, ``hbm_Bps``, ``memory_bytes`` and ``node_of``, and per node
+        ``uplink_Bps``, as lists (fast look-ups)."""
         return {"flops": self.flops.tolist(), "hbm_Bps": self.hbm_Bps.tolist(),
-                "memory_bytes": self.memory_bytes.tolist()}
+                "memory_bytes": self.memory_bytes.tolist(), "node_of": self.node_of.tolist(),
+                "uplink_Bps": self.uplink_Bps.tolist()}
 
     @classmethod
     def build(cls, cluster: ClusterSpec) -> Topology:
