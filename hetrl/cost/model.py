@@ -25,6 +25,7 @@ from hetrl.cost.primitives import (
     group_links,
     hbm_time,
     reduce_scatter_time,
+    symmetric_memo,
 )
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.sync import weight_sync_time
@@ -504,31 +505,14 @@ class CostModel:
 
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the
-        sharded Adam step, per optimizer step (seconds)."""
-        key = ("dp", p.task, p.devices, p.layers_per_stage)
+        sharded Adam step, per optimizer step (seconds). A pure function of the device grid and
+        the stage shapes: memoised per cluster and class of symmetric grids."""
+        key = ("dp", p.devices, shapes)
         out = self._tasklevel.get(key)
-        if out is not None:
-            return out
-        params = self.params
-        stages, groups = dp_links(self.cluster, p.devices, tuple(sh.params for sh in shapes))
-        opt_s = 0.0
-        for shape, (hbm, gpu) in zip(shapes, stages, strict=False):
-            opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / p.dp,
-                                        hbm, params.efficiency(gpu, "hbm")))
-        dp_s = 0.0
-        if p.dp > 1:
-            done = set()  # DP groups of a stage often have equal links: price each once
-            for j, gpu, g in groups:
-                if (j, gpu, g) in done:
-                    continue
-                done.add((j, gpu, g))
-                shape = shapes[j]
-                eff = params.efficiency(gpu, "link")
-                t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
-                     + all_gather_time(shape.params * self.workload.bytes_per_value, g, eff))
-                dp_s = max(dp_s, t)
-        out = (dp_s, opt_s)
-        self._tasklevel[key] = out
+        if out is None:
+            out = symmetric_memo(self.cluster, "dp_optimizer", (p.devices,), _dp_and_optimizer,
+                                 (shapes, self.params, self.workload.bytes_per_value))
+            self._tasklevel[key] = out
         return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
@@ -552,11 +536,15 @@ class CostModel:
         return worst
 
     def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement) -> float:
-        key = (gen, train)
+        """Seconds of the weight sync: a pure function of the two device grids and layer splits
+        (not of the data shares), memoised per cluster and class of symmetric grids."""
+        key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage)
         out = self._sync.get(key)
         if out is None:
-            out = weight_sync_time(gen, self.shapes(gen.task, gen), train, self.cluster,
-                                   self.params, shared_in_place=self.workload.mode == "sync")
+            extra = (gen.layers_per_stage, train.layers_per_stage, self.shapes(gen.task, gen),
+                     self.params, self.workload.mode == "sync")
+            out = symmetric_memo(self.cluster, "weight_sync", (gen.devices, train.devices),
+                                 _weight_sync_of_grids, extra)
             self._sync[key] = out
         return out
 
@@ -669,6 +657,46 @@ class CostModel:
                 f"grads+optimizer {mem.states[d] / 1e9:.1f}, working {mem.working[d] / 1e9:.1f}) "
                 f"> usable {self._mem_bytes[d] / 1e9:.1f} GB of {gpu.memory_gb:g} GB")
         return out
+
+
+def _weight_sync_of_grids(cluster: ClusterSpec, gen_grid: Grid, train_grid: Grid,
+                          gen_layers: tuple[int, ...], train_layers: tuple[int, ...],
+                          gen_shapes: tuple[StageShape, ...], params: CostParams,
+                          shared_in_place: bool) -> float:
+    """:func:`weight_sync_time` of two device grids (seconds; the data shares play no part)."""
+    def placement(task: str, grid: Grid, layers: tuple[int, ...]) -> TaskPlacement:
+        return TaskPlacement(task, len(grid), len(grid[0]), len(grid[0][0]), grid, layers,
+                             (1.0,) * len(grid))
+    return weight_sync_time(placement("actor_generation", gen_grid, gen_layers), gen_shapes,
+                            placement("actor_training", train_grid, train_layers), cluster,
+                            params, shared_in_place=shared_in_place)
+
+
+def _dp_and_optimizer(cluster: ClusterSpec, grid: Grid, shapes: tuple[StageShape, ...],
+                      params: CostParams, bytes_per_value: int) -> tuple[float, float]:
+    """(DP gradient sync, optimizer step) seconds per optimizer step of a training task on
+    ``grid``: see :meth:`CostModel._dp_and_optimizer`."""
+    dp = len(grid)
+    stages, groups = dp_links(cluster, grid, tuple(sh.params for sh in shapes))
+    opt_s = 0.0
+    for shape, (hbm, gpu) in zip(shapes, stages, strict=False):
+        opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / dp,
+                                    hbm, params.efficiency(gpu, "hbm")))
+    dp_s = 0.0
+    if dp > 1:
+        done = set()  # DP groups of a stage often have equal links: price each once
+        for j, gpu, g in groups:
+            # all-gather and reduce-scatter times depend on these links facts only
+            key = (j, gpu, g.n, g.ring_latency_s, g.ring_Bps)
+            if key in done:
+                continue
+            done.add(key)
+            shape = shapes[j]
+            eff = params.efficiency(gpu, "link")
+            t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
+                 + all_gather_time(shape.params * bytes_per_value, g, eff))
+            dp_s = max(dp_s, t)
+    return dp_s, opt_s
 
 
 def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -> tuple[

@@ -89,9 +89,15 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
         out = cache.get((canon, extra))
         if out is None:
             out = compute(cluster, *canon, *extra)
+            if len(cache) >= _SYMMETRIC_MEMO_SIZE:  # long searches: bound the memory
+                cache.clear()
             cache[canon, extra] = out
         cache[key] = out
     return out
+
+
+#: Entries per kind of :func:`symmetric_memo` before it starts afresh.
+_SYMMETRIC_MEMO_SIZE = 200_000
 
 
 def _rename(devices: tuple, node_of: list[int], members: list[list[int]], names: dict[int, int],

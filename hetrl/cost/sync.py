@@ -109,84 +109,107 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     topo = cluster.topology
     link_eff, hbm_eff, gpu_link, lat_bw = _device_factors(cluster, params)
     dst = gen.device_array
+    n_dst = dst.size
     eff = link_eff[dst]
     n_all = lat_bw.shape[0]
     node_of = topo.node_of
     n_nodes = topo.nic_Bps.size
-    node_out = np.zeros(n_nodes)
-    node_in = np.zeros(n_nodes)
-    dev_out = np.zeros(n_all)  # bytes each device sends / receives over its GPU link
-    dev_in = np.zeros(n_all)
-    worst = 0.0
-    pulls: list[tuple[int, int, float]] = []
-    local: list[tuple[int, float]] = []
-    shared = not frozenset(train.device_ids).isdisjoint(gen.device_ids)
-    for src, nbytes in _stage_needs(gen, gen_shapes, train):
-        need = nbytes > 0
-        if not need.any():
-            continue
-        rows = lat_bw[src]  # (source, [latency to every device, bandwidth to every device])
-        lat, bw = rows[:, dst], rows[:, dst + n_all]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pull = np.where(need, lat + nbytes / (bw * eff), 0.0)
-        # A device that trains this stage holds its layers: a local copy if it holds them whole
-        # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
-        # (conservative: no partial reuse).
-        if shared:
-            own = src[:, None] == dst
-            if train.tp == 1:
-                pull = np.where(own, 2 * nbytes / hbm_eff[dst], pull)
-            else:
-                pull[own] = np.inf
-        # Each destination pulls from a quickest source; among sources within 1% of the
-        # quickest, the least loaded so far (pulls spread over the stage's devices).
-        quickest = pull.min(axis=0)
-        near = pull <= quickest * 1.01
-        cols = np.arange(dst.size)
-        if near.sum() > dst.size:  # ties: spread greedily
-            best = np.array(_spread(near, pull, nbytes.tolist()))
-            worst = max(worst, float(pull[best, cols].max()))
+    stages, nbytes, need, sizes = _stage_needs(gen, gen_shapes, train)
+    if not stages:
+        return 0.0, [], []
+    # Every training stage at once: pull[s, i, k] = seconds for destination k to pull its part
+    # of stage s's layers from that stage's source i.
+    grid = np.asarray(train.device_array).reshape(train.dp, train.pp, train.tp)
+    src = grid[:, stages, :].transpose(1, 0, 2).reshape(len(stages), -1)  # (stage, source)
+    rows = lat_bw[src]  # (stage, source, [latency to every device, bandwidth to every device])
+    lat, bw = rows[:, :, dst], rows[:, :, dst + n_all]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pull = np.where(need[:, None, :], lat + nbytes[:, None, :] / (bw * eff), 0.0)
+    # A device that trains this stage holds its layers: a local copy if it holds them whole
+    # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
+    # (conservative: no partial reuse).
+    if not frozenset(train.device_ids).isdisjoint(gen.device_ids):
+        own = src[:, :, None] == dst
+        if train.tp == 1:
+            pull = np.where(own, (2 * nbytes / hbm_eff[dst])[:, None, :], pull)
         else:
-            best = np.argmin(pull, axis=0)
-            worst = max(worst, float(quickest.max()))  # the quickest pull of each destination
-        sdev = src[best]
-        a, b = node_of[sdev], node_of[dst]
-        moved = (sdev != dst) & need
-        if moved.any():
-            dev_out += np.bincount(sdev[moved], weights=nbytes[moved], minlength=n_all)
-            dev_in += np.bincount(dst[moved], weights=nbytes[moved], minlength=n_all)
+            pull[own] = np.inf
+    # Each destination pulls from a quickest source; among sources within 1% of the quickest,
+    # the least loaded so far (pulls spread over the stage's devices).
+    quickest = pull.min(axis=1)
+    near = pull <= quickest[:, None, :] * 1.01
+    best = np.argmin(pull, axis=1)  # (stage, destination): the source index in the stage
+    worst = float(quickest.max())  # the quickest pull of each destination
+    cols = np.arange(n_dst)
+    for k, ties in enumerate((near.sum(axis=(1, 2)) > n_dst).tolist()):
+        if ties:  # spread greedily
+            best[k] = _spread(near[k], pull[k], sizes[k])
+            worst = max(worst, float(pull[k, best[k], cols].max()))
+    # stage-major, then destination
+    sdev = src.reshape(-1)[(best + (np.arange(len(stages)) * src.shape[1])[:, None]).reshape(-1)]
+    dsts = np.concatenate((dst,) * len(stages))
+    flat_bytes = nbytes.reshape(-1)
+    moved = (sdev != dsts) & need.reshape(-1)
+    if moved.any():  # a device serving several pulls sends them one after another
+        dev_out = np.bincount(sdev[moved], weights=flat_bytes[moved], minlength=n_all)
+        dev_in = np.bincount(dsts[moved], weights=flat_bytes[moved], minlength=n_all)
+        worst = max(worst, float((dev_out / gpu_link).max()), float((dev_in / gpu_link).max()))
+        a, b = node_of[sdev], node_of[dsts]
         off = (a != b) & moved
         if off.any():
-            node_out += np.bincount(a[off], weights=nbytes[off], minlength=n_nodes)
-            node_in += np.bincount(b[off], weights=nbytes[off], minlength=n_nodes)
-        if transfers:
-            pulls += [(int(sdev[k]), int(dst[k]), float(nbytes[k])) for k in range(dst.size)
-                      if need[k] and sdev[k] != dst[k]]
-            local += [(int(dst[k]), float(pull[best[k], k])) for k in range(dst.size)
-                      if need[k] and sdev[k] == dst[k]]
-    if node_out.any() or node_in.any():
-        nic = topo.uplink_Bps * float(eff.min())
-        worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
-    if dev_out.any():  # a device serving several pulls sends them one after another
-        worst = max(worst, float((dev_out / gpu_link).max()), float((dev_in / gpu_link).max()))
+            node_out = np.bincount(a[off], weights=flat_bytes[off], minlength=n_nodes)
+            node_in = np.bincount(b[off], weights=flat_bytes[off], minlength=n_nodes)
+            nic = topo.uplink_Bps * float(eff.min())
+            worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
+    pulls: list[tuple[int, int, float]] = []
+    local: list[tuple[int, float]] = []
+    if transfers:
+        flat_pull = pull[np.repeat(np.arange(len(stages)), n_dst), best.reshape(-1),
+                         np.concatenate((cols,) * len(stages))]
+        columns = (sdev.tolist(), dsts.tolist(), flat_bytes.tolist(), need.reshape(-1).tolist())
+        for k, (s_dev, d_dev, nb, needed) in enumerate(zip(*columns, strict=True)):
+            if needed:
+                if s_dev != d_dev:
+                    pulls.append((s_dev, d_dev, nb))
+                else:
+                    local.append((d_dev, float(flat_pull[k])))
     return worst, pulls, local
 
 
 def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement
-                 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per training stage: its devices (every replica and tp rank: the sources) and the bytes each
-    generation device (in ``gen.device_array`` order) needs from it -- the part of its shard in
-    the layers that stage trains, plus the embedding / LM head where both hold it."""
+                 ) -> tuple[list[int], np.ndarray, np.ndarray, list[list[float]]]:
+    """The training stages some generation device needs bytes from, and per such stage the
+    bytes each generation device (in ``gen.device_array`` order) needs from it -- the part of
+    its shard in the layers that stage trains, plus the embedding / LM head where both hold it
+    -- as (stage, destination) arrays of bytes and of bytes > 0, and as lists. A pure function
+    of the two layouts (no device ids): memoised."""
+    key = (gen.dp, gen.tp, gen.layers_per_stage, gen_shapes, train.layers_per_stage)
+    out = _NEEDS.get(key)
+    if out is not None:
+        return out
     tb = _bounds(train.layers_per_stage)
     gb = _bounds(gen.layers_per_stage)
-    grid = np.array(train.devices)  # (dp, pp, tp)
-    out = []
-    for s in range(train.pp):
+    stages, rows = [], []
+    for s in range(len(train.layers_per_stage)):
         per_stage = [_overlap_bytes(shape, gb[g], gb[g + 1], tb[s], tb[s + 1], s == 0,
-                                    s == train.pp - 1) for g, shape in enumerate(gen_shapes)]
-        nbytes = np.array([b for b in per_stage for _ in range(gen.tp)] * gen.dp)
-        out.append((grid[:, s, :].reshape(-1), nbytes))
+                                    s == len(train.layers_per_stage) - 1)
+                     for g, shape in enumerate(gen_shapes)]
+        row = [b for b in per_stage for _ in range(gen.tp)] * gen.dp
+        if any(b > 0 for b in row):
+            stages.append(s)
+            rows.append(row)
+    nbytes = np.array(rows, dtype=float).reshape(len(rows), gen.dp * gen.tp * len(gen_shapes))
+    need = nbytes > 0
+    for a in (nbytes, need):
+        a.setflags(write=False)
+    out = (stages, nbytes, need, rows)
+    if len(_NEEDS) >= 10_000:
+        _NEEDS.clear()
+    _NEEDS[key] = out
     return out
+
+
+_NEEDS: dict = {}
 
 
 def _bounds(layers: tuple[int, ...]) -> list[int]:
