@@ -25,7 +25,6 @@ from hetrl.cost.primitives import (
     group_links,
     hbm_time,
     reduce_scatter_time,
-    symmetric_memo,
 )
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.sync import weight_sync_time
@@ -506,12 +505,14 @@ class CostModel:
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the
         sharded Adam step, per optimizer step (seconds). A pure function of the device grid and
-        the stage shapes: memoised per cluster and class of symmetric grids."""
+        the stage shapes: memoised per cluster."""
         key = ("dp", p.devices, shapes)
         out = self._tasklevel.get(key)
         if out is None:
-            out = symmetric_memo(self.cluster, "dp_optimizer", (p.devices,), _dp_and_optimizer,
-                                 (shapes, self.params, self.workload.bytes_per_value))
+            out = self.cluster.topology.memoised(
+                "dp_optimizer", (p.devices, shapes, self.params),
+                lambda: _dp_and_optimizer(self.cluster, p.devices, shapes, self.params,
+                                          self.workload.bytes_per_value))
             self._tasklevel[key] = out
         return out
 
@@ -537,14 +538,15 @@ class CostModel:
 
     def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement) -> float:
         """Seconds of the weight sync: a pure function of the two device grids and layer splits
-        (not of the data shares), memoised per cluster and class of symmetric grids."""
+        (not of the data shares), memoised per cluster."""
         key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage)
         out = self._sync.get(key)
         if out is None:
             extra = (gen.layers_per_stage, train.layers_per_stage, self.shapes(gen.task, gen),
                      self.params, self.workload.mode == "sync")
-            out = symmetric_memo(self.cluster, "weight_sync", (gen.devices, train.devices),
-                                 _weight_sync_of_grids, extra)
+            out = self.cluster.topology.memoised(
+                "weight_sync", (gen.devices, train.devices, extra),
+                lambda: _weight_sync_of_grids(self.cluster, gen.devices, train.devices, *extra))
             self._sync[key] = out
         return out
 

@@ -291,6 +291,10 @@ def _link_from(raw: Any, f: str) -> RegionLink:
                       _bandwidth(f"{f}.bandwidth_gbps", raw["bandwidth_gbps"]))
 
 
+#: Entries per kind of :meth:`Topology.memoised` before it starts afresh.
+MEMO_SIZE = 200_000
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     """Derived network facts of a cluster: the graph and device x device matrices.
@@ -318,6 +322,8 @@ class Topology:
         out = cache.get(key)
         if out is None:
             out = compute()
+            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory
+                cache.clear()
             cache[key] = out
         return out
 
