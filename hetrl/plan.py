@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from itertools import chain
 from typing import Any
 
@@ -27,6 +26,23 @@ from hetrl.spec.workload import WorkloadSpec
 SCHEMA_VERSION = 1
 
 Grid = tuple[tuple[tuple[int, ...], ...], ...]
+
+
+class _computed_once:
+    """A lazily computed attribute stored in the instance's ``__dict__`` on first access, as
+    ``functools.cached_property`` but without its lock (Python 3.11 takes one on every first
+    access: placements are built by the thousand in searches)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 @dataclass(frozen=True)
@@ -49,12 +65,15 @@ class TaskPlacement:
             object.__setattr__(self, "_hash", h)
         return h
 
-    @cached_property
+    def __getstate__(self) -> dict:  # string hashes differ between processes: drop the cached one
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    @_computed_once
     def device_ids(self) -> tuple[int, ...]:
         """All devices of the task, replica-major, then stage, then tp rank."""
         return tuple(chain.from_iterable(chain.from_iterable(self.devices)))
 
-    @cached_property
+    @_computed_once
     def device_array(self) -> Any:
         """:attr:`device_ids` as a read-only numpy array (the cost model's index arrays)."""
         import numpy as np
@@ -66,7 +85,7 @@ class TaskPlacement:
     def replica(self, i: int) -> tuple[tuple[int, ...], ...]:
         return self.devices[i]
 
-    @cached_property
+    @_computed_once
     def data_shares(self) -> tuple[float, ...]:
         """Fraction of the batch each replica processes (sums to 1)."""
         total = sum(self.data_weights)
