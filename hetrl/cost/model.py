@@ -155,7 +155,6 @@ class CostModel:
         self.cluster = cluster
         self.params = params
         self.evaluations = 0
-        self._hw: dict[Any, ReplicaHW] = {}
         self._replica: dict[Any, ReplicaCost] = {}
         self._memory: dict[Any, _PlacementMemory] = {}
         self._tasks: dict[Any, _TaskResult] = {}
@@ -173,7 +172,7 @@ class CostModel:
             info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {})
+                      {}, {}, {}, {})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -185,6 +184,11 @@ class CostModel:
         #: workload-level facts, shared
         self._copy_groups: dict[Any, Any] = static[7]
         self._shapes = static[8]
+        #: replica hardware per replica grid (cluster-level facts, shared) and engines per
+        #: (task kind, id of stage shapes, id of replica hardware) -> (shapes, hardware, engine):
+        #: the entry holds the two objects, so their ids stay theirs while it lives
+        self._hw: dict[Any, ReplicaHW] = static[9]
+        self._engines: dict[Any, tuple] = static[10]
 
     def memoised(self, key: Any, compute: Any) -> Any:
         """``compute()``, memoised per ``key`` for this cost model: for callers' pure functions
@@ -210,8 +214,26 @@ class CostModel:
         out = self._hw.get(replica)
         if out is None:
             out = replica_hw(self.cluster, replica)
+            if len(self._hw) >= 100_000:
+                self._hw.clear()
             self._hw[replica] = out
         return out
+
+    def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW) -> Any:
+        """The replica-cost engine of a task kind for one layout on one replica's hardware."""
+        key = (kind, id(shapes), id(hw))
+        out = self._engines.get(key)
+        if out is None or out[0] is not shapes or out[1] is not hw:  # (a copy's ids differ)
+            wl = self.workload
+            if kind == "generation":
+                engine = generation_engine(shapes, hw, self.L, self.params)
+            else:
+                mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+                engine = forward_engine(kind, shapes, hw, self.L, self.params, mbs, wl.recompute)
+            if len(self._engines) >= 100_000:
+                self._engines.clear()
+            out = self._engines[key] = (shapes, hw, engine)
+        return out[2]
 
     def _copy_name(self, task: str) -> str:
         role = self.workload.task(task).role
@@ -286,21 +308,17 @@ class CostModel:
         out = self._tasks.get(key)
         if out is not None:
             return out
-        hw_of, L, params = self.hw, self.L, self.params
+        hw_of, engine_of = self.hw, self._engine
         samples, max_conc = self.workload.samples, self.workload.gen_max_concurrency
         # A replica's time rises with its sequence count for a given engine (hardware) and KV
         # budget (docs/cost-model.md), so per (engine, budget) only the replica with the most
         # sequences (the first of equals) can be the slowest: price that one. Violations depend
         # on the engine and budget alone and are reported for every replica.
-        engines: dict[int, Any] = {}  # per replica hardware (often shared by replicas)
         classes: dict[Any, list] = {}  # (engine, budget) -> [most sequences, its index, engine]
         members: list[Any] = []
         for i, (share, replica, budget) in enumerate(zip(p.data_shares, p.devices, budgets,
                                                           strict=True)):
-            hw = hw_of(replica)
-            engine = engines.get(id(hw))
-            if engine is None:
-                engine = engines[id(hw)] = generation_engine(shapes, hw, L, params)
+            engine = engine_of("generation", shapes, hw_of(replica))
             key = (id(engine), budget)
             n = samples * share
             cls = classes.get(key)
@@ -471,16 +489,9 @@ class CostModel:
         shapes = self.shapes(p.task, p)
         steps = wl.optimizer_steps if kind == "training" else 1
         worst: ReplicaCost | None = None
-        hw_of, samples, L, params = self.hw, wl.samples, self.L, self.params
-        mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
-        engines: dict[int, Any] = {}  # per replica hardware (often shared by replicas)
+        hw_of, engine_of, samples = self.hw, self._engine, wl.samples
         for share, replica in zip(p.data_shares, p.devices, strict=True):
-            hw = hw_of(replica)
-            engine = engines.get(id(hw))
-            if engine is None:
-                engine = engines[id(hw)] = forward_engine(kind, shapes, hw, L, params, mbs,
-                                                          wl.recompute)
-            rc = engine.replica(samples * share / steps)
+            rc = engine_of(kind, shapes, hw_of(replica)).replica(samples * share / steps)
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
         assert worst is not None
