@@ -5,14 +5,17 @@ GPUs (tp 4, dp 10), the three inference tasks on A100s 0-7 (tp 4, dp 2), both tr
 A100s 8-23 (tp 4, pp 2, dp 2).
 
 Three rates:
-- cold: a fresh CostModel per estimate, on a plan never seen before (random data weights per
-  replica; or equal weights and devices shuffled within each group), so only cluster-level link
-  facts (collective links, replica hardware, DP-group and fan-in links of device grids; collective
-  links and replica hardware also for device sets renamed within nodes of interchangeable
-  devices), workload-level facts (length statistics, stage shapes) and constants of (stage
-  shapes, replica hardware) or of a layout that do not depend on a replica's sequence count
-  (prefill and stage factors, drain arrays, tasklet memory rows per clamped batch inputs) are
-  reused;
+- cold: a fresh CostModel per estimate, on a plan never seen before, so only facts that do not
+  depend on the data shares are reused: cluster-level facts of device grids (collective links,
+  replica hardware, DP-group and fan-in links; the weight sync of a grid pair and a training
+  grid's DP and optimizer time; collective links and replica hardware also for device sets
+  renamed within nodes of interchangeable devices), workload-level facts (length statistics,
+  stage shapes), constants of (stage shapes, replica hardware) or of a layout that do not depend
+  on a replica's sequence count (prefill and stage factors, drain arrays, tasklet memory rows per
+  clamped batch inputs) and per-device memory arrays of known (memory rows, grid). Two plan
+  streams: random data weights per replica on fixed grids (what a load-balancing step of a
+  search costs: every grid-level fact is known), and equal weights with the devices shuffled
+  within each group (every replica and grid new: the strict cold path);
 - warm-task: new plans whose placements were all seen before: one CostModel, the plan-level memo
   bypassed (``CostModel._estimate``), every task, memory (per placement and per task group) and
   sync term hits its cache;

@@ -172,7 +172,7 @@ class CostModel:
             info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {})
+                      {}, {}, {}, {}, {}, {})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -189,6 +189,13 @@ class CostModel:
         #: the entry holds the two objects, so their ids stay theirs while it lives
         self._hw: dict[Any, ReplicaHW] = static[9]
         self._engines: dict[Any, tuple] = static[10]
+        #: per-device arrays of placements and of task groups, shared: see placement_memory
+        #: and _group_memory
+        self._dense: dict[Any, tuple] = static[11]
+        self._group_mem: dict[Any, tuple] = static[12]
+        #: entries of each of the two before it starts afresh (an entry holds about 16 arrays
+        #: over the devices: ~100 MB at most)
+        self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
 
     def memoised(self, key: Any, compute: Any) -> Any:
         """``compute()``, memoised per ``key`` for this cost model: for callers' pure functions
@@ -264,11 +271,23 @@ class CostModel:
                             mbs, n_total))
         if slots is None:
             slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
-        flat = p.device_array
-        dense = np.zeros((5, self.cluster.num_devices))
-        dense[:, flat] = slots
-        out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3], dense[4] > 0,
-                               frozenset(p.device_ids))
+        # The dense arrays are a pure function of the slot bytes, the copy and the grid: shared
+        # by placements that differ in data shares only (the entry holds ``slots``, so its id
+        # stays its own while the entry lives).
+        key = (id(slots), copy, p.devices)
+        hit = self._dense.get(key)
+        if hit is not None and hit[0] is slots:
+            out = hit[1]
+        else:
+            flat = p.device_array
+            dense = np.zeros((5, self.cluster.num_devices))
+            dense[:, flat] = slots
+            dense.setflags(write=False)
+            out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3],
+                                   dense[4] > 0, frozenset(p.device_ids))
+            if len(self._dense) >= self._shared_entries:
+                self._dense.clear()
+            self._dense[key] = (slots, out)
         self._memory[p] = out
         return out
 
@@ -376,13 +395,15 @@ class CostModel:
             out.append(rc.seconds)
         return out
 
-    def _memory_of(self, placements: tuple[TaskPlacement, ...],
-                   copies: tuple[str, ...]) -> _PlanMemory:
+    def _memory_of(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...],
+                   mems: list[_PlacementMemory] | None = None) -> _PlanMemory:
         """Per device: the resident bytes (the weights of each model copy, counted once per
         copy, plus trained states), the largest working set, and which devices ``placements``
         use. ``copies``: the copy names in the order their weights are added (the plan's order
-        of first use, so that a group of a plan adds in the same order as the whole plan)."""
-        mems = [self.placement_memory(p) for p in placements]
+        of first use, so that a group of a plan adds in the same order as the whole plan).
+        ``mems``: the placements' memory, if known."""
+        if mems is None:
+            mems = [self.placement_memory(p) for p in placements]
         by_copy: dict[str, np.ndarray] = {}
         states = working = used = None
         for m in mems:
@@ -637,25 +658,46 @@ class CostModel:
         out = self._groups.get(key)
         if out is not None:
             return out
-        mem = self._memory_of(placements, copies)
-        resident, working, used = mem.resident, mem.working, mem.used
-        need = resident + working
-        kv_budget = self._kv_budget(resident, working)
-        over = np.nonzero(used & (need > self._mem_bytes))[0].tolist()
-        violations = list(zip(over, self._memory_violations(mem, need, over), strict=True))
+        mem, need, kv_budget, violations, ids, peak, device_set = self._group_memory(
+            placements, copies)
         generation = None
-        peak_bytes = need
         for p, m in zip(placements, mem.placements, strict=True):
             if p.task == "actor_generation":
                 generation = self._generation(p, kv_budget)
                 kv_used = np.minimum(np.maximum(kv_budget, 0.0),
                                      generation.concurrency * m.kv_per_seq)
-                peak_bytes = np.maximum(need, resident + kv_used)
-        ids = np.nonzero(used)[0]
-        peak = list(zip(ids.tolist(), (peak_bytes[ids] / 1e9).tolist(), strict=True))
-        out = _GroupResult(frozenset().union(*(m.device_set for m in mem.placements)), violations,
-                           peak, generation)
+                peak_bytes = np.maximum(need, mem.resident + kv_used)
+                peak = list(zip(ids.tolist(), (peak_bytes[ids] / 1e9).tolist(), strict=True))
+        out = _GroupResult(device_set, violations, peak, generation)
         self._groups[key] = out
+        return out
+
+    def _group_memory(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]
+                      ) -> tuple[_PlanMemory, np.ndarray, np.ndarray, list[tuple[int, str]],
+                                 np.ndarray, list[tuple[int, float]], frozenset[int]]:
+        """A task group's memory, the bytes its devices need (resident + working), the KV
+        budget it leaves, its (device, message) violations, the devices it uses, their peak GB
+        without the KV cache, and its device set. A pure function of the placements' memory:
+        shared by groups whose placements differ in data shares only when their memory does
+        not (the entry holds the placement memories, so their ids stay theirs)."""
+        mems = [self.placement_memory(p) for p in placements]
+        key = (tuple(map(id, mems)), copies)
+        hit = self._group_mem.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], mems, strict=True)):
+            return hit[1]
+        mem = self._memory_of(placements, copies, mems)
+        resident, working, used = mem.resident, mem.working, mem.used
+        need = resident + working
+        kv_budget = self._kv_budget(resident, working)
+        over = np.nonzero(used & (need > self._mem_bytes))[0].tolist()
+        violations = list(zip(over, self._memory_violations(mem, need, over), strict=True))
+        ids = np.nonzero(used)[0]
+        peak = list(zip(ids.tolist(), (need[ids] / 1e9).tolist(), strict=True))
+        device_set = frozenset().union(*(m.device_set for m in mem.placements))
+        out = (mem, need, kv_budget, violations, ids, peak, device_set)
+        if len(self._group_mem) >= self._shared_entries:
+            self._group_mem.clear()
+        self._group_mem[key] = (mems, out)
         return out
 
     def _memory_violations(self, mem: _PlanMemory, need: np.ndarray,

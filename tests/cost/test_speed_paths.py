@@ -1,6 +1,6 @@
 """The cost model's fast paths equal their plain definitions: the symmetric cluster memo, the
-closed-form generation drain, the weight sync's spreading of pulls, and memoised vs fresh
-estimates."""
+closed-form generation drain, the weight sync's spreading of pulls, one generation replica
+priced per class, and memoised vs fresh estimates."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.cost.primitives import _group_links, _symmetry, all_reduce_time, group_links
 from hetrl.cost.replica import _replica_hw, replica_hw
 from hetrl.cost.sync import _spread
-from hetrl.cost.tasks import _drain
+from hetrl.cost.tasks import _drain, generation_engine
 from hetrl.plan import Plan, TaskGroup, make_placement
 from hetrl.spec.presets import cluster_preset, workload_preset
 
@@ -149,3 +149,48 @@ def test_makespan_replay_equals_merging():
             seconds = {n: float(rng.uniform(0.1, 10.0)) for n in names}
             assert (stage_makespan(names, seconds, devices, None, memo)
                     == stage_makespan(names, seconds, devices, None))
+
+
+def test_generation_replica_time_rises_with_its_sequences(paper64):
+    # the premise of pricing one replica per (hardware, KV budget): for a given engine and
+    # budget, more sequences never take less time (prefill chunks, saturated steps, drain)
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    L = length_stats(wl)
+    rng = np.random.default_rng(13)
+    for tp, pp in ((1, 1), (2, 1), (4, 1), (2, 2)):
+        replica = _random_replica(rng, paper64.num_devices)
+        devs = [d for stage in replica for d in stage][:tp * pp]
+        replica = tuple(tuple(devs[j * tp:(j + 1) * tp]) for j in range(pp))
+        if len(devs) < tp * pp:
+            continue
+        hw = replica_hw(paper64, replica)
+        total = wl.model("actor").layers
+        layers = (total - (pp - 1) * (total // pp),) + (total // pp,) * (pp - 1)
+        shapes = stage_shapes(wl.model("actor"), layers, tp, True, wl.bytes_per_value)
+        for budget_gb in (4.0, 20.0, 60.0):
+            budget = (budget_gb * 1e9,) * pp
+            engine = generation_engine(shapes, hw, L, DEFAULT_PARAMS)
+            ns = np.sort(rng.uniform(0.5, 900.0, 60))
+            times = [engine.replica(float(n), budget, wl.gen_max_concurrency).seconds for n in ns]
+            assert all(b >= a for a, b in zip(times, times[1:], strict=False)), (tp, pp, budget_gb)
+
+
+def test_generation_prices_the_slowest_replica(paper64):
+    # pricing one replica per class gives the task time (and parts) of pricing every replica
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    gen = list(range(24, 64))
+    rng = np.random.default_rng(17)
+    for _ in range(20):
+        devices = [int(d) for d in rng.permutation(gen)] if rng.random() < 0.5 else gen
+        weights = [float(x) for x in rng.uniform(0.5, 1.5, 10)]
+        p = make_placement("actor_generation", devices, 10, 1, 4, 36, data_weights=weights)
+        model = CostModel(wl, paper64)
+        budget = np.where(np.isin(np.arange(64), devices), 30e9, 0.0)
+        got = model._generation(p, budget)
+        shapes = model.shapes(p.task, p)
+        each = [generation_engine(shapes, model.hw(r), model.L, DEFAULT_PARAMS).replica(
+            wl.samples * s, (30e9,), wl.gen_max_concurrency)
+            for s, r in zip(p.data_shares, p.devices, strict=True)]
+        slowest = max(each, key=lambda rc: rc.seconds)  # the first of equals, as the model
+        assert got.seconds == slowest.seconds
+        assert got.parts == slowest.parts
