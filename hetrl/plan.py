@@ -335,8 +335,9 @@ def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int,
     consecutive devices, usually inside one node)."""
     require(len(devices) == dp * pp * tp, "devices", len(devices),
             f"need dp*pp*tp = {dp * pp * tp} devices")
-    it = iter(devices)
-    grid = tuple(tuple(tuple(next(it) for _ in range(tp)) for _ in range(pp)) for _ in range(dp))
+    devs = tuple(devices)
+    stages = [devs[k:k + tp] for k in range(0, dp * pp * tp, tp)]
+    grid = tuple([tuple(stages[r:r + pp]) for r in range(0, dp * pp, pp)])
     return TaskPlacement(
         task=task, dp=dp, pp=pp, tp=tp, devices=grid,
         layers_per_stage=tuple(layers_per_stage) if layers_per_stage else even_layers(layers, pp),

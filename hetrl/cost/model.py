@@ -33,9 +33,6 @@ from hetrl.cost.tasks import (
     ReplicaCost,
     forward_engine,
     generation_engine,
-    generation_replica,
-    inference_replica,
-    training_replica,
 )
 from hetrl.cost.workflow import iteration_time
 from hetrl.plan import Grid, Plan, TaskPlacement, validate
@@ -370,27 +367,23 @@ class CostModel:
         generation: the KV cache gets the device memory left after its own weights). Used by the
         load balancer to estimate replica speeds."""
         wl = self.workload
-        kind = wl.task(p.task).kind
+        kind = self._info[p.task][0] if p.task in self._info else wl.task(p.task).kind
         shapes = self.shapes(p.task, p)
         steps = wl.optimizer_steps if kind == "training" else 1
         n = wl.samples / p.dp / steps
+        usable = self.params.usable_memory_fraction
         out = []
         for replica in p.devices:
-            hw = self.hw(replica)
-            if kind == "generation":
-                budget = tuple(round(st.memory_bytes * self.params.usable_memory_fraction
-                                     - s.weight_bytes, -6) for s, st in zip(shapes, hw.stages,
-                                                                           strict=True))
-                key = ("gen", shapes, hw, round(n, 6), budget)
-            else:
-                key = (kind, shapes, hw, round(n, 6))
+            engine = self._engine(kind, shapes, self.hw(replica))
+            key = (engine, n)  # the engine holds the layout and hardware (and so the budget)
             rc = self._replica.get(key)
             if rc is None:
                 if kind == "generation":
-                    rc = generation_replica(shapes, hw, n, budget, self.L, wl.gen_max_concurrency,
-                                            self.params)
+                    budget = tuple(round(st.memory_bytes * usable - s.weight_bytes, -6)
+                                   for s, st in zip(shapes, engine.hw.stages, strict=True))
+                    rc = engine.replica(n, budget, wl.gen_max_concurrency)
                 else:
-                    rc = self._forward_replica(kind, shapes, hw, n)
+                    rc = engine.replica(n)
                 self._replica[key] = rc
             out.append(rc.seconds)
         return out
@@ -524,15 +517,6 @@ class CostModel:
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps
         return _TaskResult(seconds, parts, ())
-
-    def _forward_replica(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
-                         n: float) -> ReplicaCost:
-        """One replica of an inference or training task over ``n`` sequences."""
-        wl = self.workload
-        if kind == "training":
-            return training_replica(shapes, hw, n, wl.micro_batch_size, self.L, self.params,
-                                    wl.recompute)
-        return inference_replica(shapes, hw, n, wl.inference_micro_batch_size, self.L, self.params)
 
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the

@@ -10,7 +10,6 @@ at least one layer per stage, and capped so a stage's resident bytes fit its sma
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from hetrl.cost.model import CostModel
 from hetrl.plan import TaskPlacement, even_layers
@@ -46,8 +45,9 @@ def balance_layers(model: CostModel, p: TaskPlacement) -> TaskPlacement:
     wl = model.workload
     task = wl.task(p.task)
     shape = wl.model(task.role)
-    topo = model.cluster.topology
-    speed_of = topo.hbm_Bps if task.kind == "generation" else topo.flops
+    lists = model.cluster.topology.lists
+    speed_of = lists["hbm_Bps"] if task.kind == "generation" else lists["flops"]
+    memory_of = lists["memory_bytes"]
     speeds, caps = [], []
     per_layer = shape.params_per_layer / p.tp * (
         wl.bytes_per_value + (model.params.grad_bytes + model.params.optimizer_state_bytes / p.dp
@@ -55,28 +55,33 @@ def balance_layers(model: CostModel, p: TaskPlacement) -> TaskPlacement:
     embed = shape.vocab * shape.hidden / p.tp * wl.bytes_per_value
     for j in range(p.pp):
         devs = [d for replica in p.devices for d in replica[j]]
-        speeds.append(float(min(speed_of[d] for d in devs)))
-        room = float(min(topo.memory_bytes[d] for d in devs)) * model.params.usable_memory_fraction
+        speeds.append(min([speed_of[d] for d in devs]))
+        room = min([memory_of[d] for d in devs]) * model.params.usable_memory_fraction
         # keep a third of the memory for activations / KV cache, and room for embeddings
         caps.append(max(1, int((0.66 * room - (embed if j in (0, p.pp - 1) else 0)) // per_layer)))
     if len(set(speeds)) == 1:
         layers = even_layers(shape.layers, p.pp)
     else:
         layers = proportional_split(shape.layers, speeds, caps)
-    return p if layers == p.layers_per_stage else replace(p, layers_per_stage=layers)
+    if layers == p.layers_per_stage:
+        return p
+    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, layers, p.data_weights)
 
 
 def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
     if p.dp == 1:
         return p
-    times = model.replica_seconds(p if p.data_weights == (1.0,) * p.dp
-                                  else replace(p, data_weights=(1.0,) * p.dp))
+    even = (1.0,) * p.dp
+    times = model.replica_seconds(p if p.data_weights == even else TaskPlacement(
+        p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, even))
     if max(times) - min(times) <= 1e-9 * max(times):
         weights = (1.0,) * p.dp
     else:
         fastest = min(times)
         weights = tuple(round(fastest / t, 6) for t in times)
-    return p if weights == p.data_weights else replace(p, data_weights=weights)
+    if weights == p.data_weights:
+        return p
+    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, weights)
 
 
 def balance(model: CostModel, p: TaskPlacement) -> TaskPlacement:
