@@ -325,7 +325,7 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
 def even_layers(layers: int, pp: int) -> tuple[int, ...]:
     """``layers`` split over ``pp`` stages as evenly as possible (earlier stages get the extra)."""
     base, extra = divmod(layers, pp)
-    return tuple(base + (1 if j < extra else 0) for j in range(pp))
+    return (base + 1,) * extra + (base,) * (pp - extra)
 
 
 def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int, layers: int,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,15 @@ class DeviceFacts:
             memory=[d.gpu.memory_bytes for d in devs],
         )
 
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+        """``node``, ``zone``, ``region`` and ``gpu`` as arrays, and the counts of nodes, zones
+        and regions (for the local search's vectorised scores)."""
+        node, zone, region, gpu = (np.asarray(x) for x in (self.node, self.zone, self.region,
+                                                               self.gpu))
+        return node, zone, region, gpu, int(node.max()) + 1, int(zone.max()) + 1, \
+            int(region.max()) + 1
+
     def affinity(self, a: int, b: int) -> int:
         if self.node[a] == self.node[b]:
             return AFF_NODE
@@ -85,12 +95,9 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
     if start < len(order_l):
         bounds.append((start, len(order_l)))  # the unused devices form a group of their own
     if swaps == "cross" and len(bounds) > 1:
-        node = np.asarray(facts.node)
-        zone = np.asarray(facts.zone)
-        region = np.asarray(facts.region)
-        gpu = np.asarray(facts.gpu)
+        node, zone, region, gpu, n_node, n_zone, n_region = facts.arrays
         n_groups = len(bounds)
-        n_node, n_zone, n_region = node.max() + 1, zone.max() + 1, region.max() + 1
+        n_gpu = int(gpu.max()) + 1
         group_of = np.empty(len(order_l), dtype=np.int64)
         for g, (lo, hi) in enumerate(bounds):
             group_of[lo:hi] = g
@@ -104,8 +111,15 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
             cr = np.bincount(group_of * n_region + region[arr], minlength=n_groups * n_region
                              ).reshape(n_groups, n_region)
             # one representative position per (group, node, gpu type) class
-            keys = group_of * 10**8 + node[arr] * 10**4 + gpu[arr]
-            _, first = np.unique(keys, return_index=True)
+            # (np.unique's first indices, without its overhead: a stable sort keeps positions
+            # in order inside a class, and classes sorted by (group, node, gpu type))
+            keys = (group_of * n_node + node[arr]) * n_gpu + gpu[arr]
+            by_key = np.argsort(keys, kind="stable")
+            sorted_keys = keys[by_key]
+            starts = np.empty(sorted_keys.size, dtype=bool)
+            starts[0] = True
+            np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts[1:])
+            first = by_key[starts]
             reps = arr[first]
             rg = group_of[first]
             rn, rz, rr, rt = node[reps], zone[reps], region[reps], gpu[reps]
