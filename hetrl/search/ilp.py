@@ -21,6 +21,7 @@ placed on the device sum to at most its usable memory (co-located models counted
 conservative reading); weight sync after actor training: for each node a generation candidate
 uses, the pull from the nearest node the actor training uses (latency + shard bytes / bandwidth),
 zero when generation and actor training pick the same candidate (sync mode, weights shared).
+Redundant per-device cuts on the makespan (see the code) tighten the LP relaxation.
 
 Objective. Sync: the makespan (actor training's end + weight sync, every task's end).
 Async (staleness k): the period max(makespan / (k + 1), the busiest device's work).
@@ -259,6 +260,33 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
     for t in cands:
         m.Add(makespan >= end[t])
     m.Add(makespan >= end["actor_training"] + sync)
+    # Redundant cuts (they tighten the LP relaxation, so the bound rises where NoOverlap's own
+    # reasoning over optional intervals of variable length is weak). On any device the tasks
+    # after generation run one after another, and none starts before generation has ended; the
+    # training tasks also wait for every inference task. With load(t, d) the seconds of the
+    # candidate t picks if it uses d (0 otherwise):
+    #   makespan >= dur(generation) + sum over t != generation of load(t, d)
+    #   makespan >= dur(generation) + dur(i) + sum over training t of load(t, d), each inference i
+    #   makespan >= dur(generation) + sum over inference t of load(t, d) + dur(j) (+ the weight
+    #                sync when j is actor training), each training task j
+    ms = {t: [int(round(c.seconds * SCALE)) for c in cs] for t, cs in cands.items()}
+    kinds = {info.name: info.stage for info in wl.tasks}
+    inference = [t for t in cands if kinds[t] == 1]
+    for d in range(n_dev):
+        load = {t: [k * v for c, k, v in zip(cs, ms[t], x[t], strict=True) if c.need[d] > 0]
+                for t, cs in cands.items()}
+        after = [term for t in cands if kinds[t] > 0 for term in load[t]]
+        if after:
+            m.Add(makespan >= dur["actor_generation"] + sum(after))
+        training = [term for t in cands if kinds[t] == 2 for term in load[t]]
+        if training:
+            for i in inference:
+                m.Add(makespan >= dur["actor_generation"] + dur[i] + sum(training))
+        before = [term for t in inference for term in load[t]]
+        if before:
+            for j in (t for t in cands if kinds[t] == 2):
+                last = dur[j] + (sync if j == "actor_training" else 0)
+                m.Add(makespan >= dur["actor_generation"] + sum(before) + last)
     # Objective.
     if wl.mode == "sync":
         objective = makespan
