@@ -335,26 +335,26 @@ class CostModel:
         for i, (share, replica, budget) in enumerate(zip(p.data_shares, p.devices, budgets,
                                                           strict=True)):
             engine = engine_of("generation", shapes, hw_of(replica))
-            key = (id(engine), budget)
+            cls_key = (id(engine), budget)
             n = samples * share
-            cls = classes.get(key)
+            cls = classes.get(cls_key)
             if cls is None:
-                classes[key] = [n, i, engine, budget]
+                classes[cls_key] = [n, i, engine, budget]
             elif n > cls[0]:
                 cls[0], cls[1] = n, i
-            members.append(key)
+            members.append(cls_key)
         worst: ReplicaCost | None = None
         worst_i = -1
         priced: dict[Any, ReplicaCost] = {}
-        for key, (n, i, engine, budget) in classes.items():
-            rc = priced[key] = engine.replica(n, budget, max_conc)
+        for cls_key, (n, i, engine, budget) in classes.items():
+            rc = priced[cls_key] = engine.replica(n, budget, max_conc)
             if worst is None or rc.seconds > worst.seconds or (
                     rc.seconds == worst.seconds and i < worst_i):
                 worst, worst_i = rc, i
         assert worst is not None
         violations: list[str] = []
-        for replica, key in zip(p.devices, members, strict=True):
-            rc = priced[key]
+        for replica, cls_key in zip(p.devices, members, strict=True):
+            rc = priced[cls_key]
             if rc.violations:
                 violations += [f"actor_generation replica {replica[0][0]}..: {v}"
                                for v in rc.violations]

@@ -194,3 +194,4 @@ def test_generation_prices_the_slowest_replica(paper64):
         slowest = max(each, key=lambda rc: rc.seconds)  # the first of equals, as the model
         assert got.seconds == slowest.seconds
         assert got.parts == slowest.parts
+        assert model._generation(p, budget) is got  # memoised per (placement, KV budgets)
