@@ -725,7 +725,7 @@ def _dp_and_optimizer(cluster: ClusterSpec, grid: Grid, shapes: tuple[StageShape
     if dp > 1:
         done = set()  # DP groups of a stage often have equal links: price each once
         for j, gpu, g in groups:
-            # all-gather and reduce-scatter times depend on these links facts only
+            # all-gather and reduce-scatter times depend on these link facts only
             key = (j, gpu, g.n, g.ring_latency_s, g.ring_Bps)
             if key in done:
                 continue
