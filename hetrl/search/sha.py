@@ -13,7 +13,8 @@ left-over) goes to the EAs of the three best arms and of the best all-co-located
 robin (our addition: one noisy early winner is not trusted with everything, and the co-located
 arm's worth shows only under the polish), each polished (``Arm.polish``, our addition) whenever
 its best has changed, at most a third of the budget over the finalists per call, a pass
-stopped there resuming at the arm's next turn.
+stopped there resuming at the arm's next turn; after each turn of the round robin the worse
+half of the finalists is dropped (the halving goes on once each has shown its polished worth).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -308,6 +309,10 @@ class _SHABase(Scheduler):
         # a polish call's cap: a third of the budget over the finalists, so every finalist's
         # pass advances in each turn of the round robin (passes resume where they stopped)
         chunks = int(opts.get("polish_chunks", len(finalists)))
+        # after each turn of the round robin, the worse half of the finalists is dropped
+        # (``final_halving``): the halving goes on into the final phase once every finalist
+        # has had a turn of its own
+        final_halving = bool(opts.get("final_halving", True))
         try:
             while not ev.exhausted():
                 for arm in finalists:
@@ -320,6 +325,8 @@ class _SHABase(Scheduler):
                         if arm.polishing or arm.polish_cost() <= c or arm.stalled(stall):
                             arm.polish(ev, cap=max(1, c // chunks))
                     arm.run(ev, 32)
+                if final_halving and len(finalists) > 1:
+                    finalists = sorted(finalists, key=lambda a: a.best)[: len(finalists) // 2]
         except BudgetExhausted:
             pass
         return {"halving_rounds": rounds, "halving_rounds_completed": completed}
