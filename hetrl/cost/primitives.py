@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.cluster import MEMO_SIZE, ClusterSpec
 
 
 def matmul_time(flops: float, peak_flops: float, efficiency: float) -> float:
@@ -89,15 +89,11 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
         out = cache.get((canon, extra))
         if out is None:
             out = compute(cluster, *canon, *extra)
-            if len(cache) >= _SYMMETRIC_MEMO_SIZE:  # long searches: bound the memory
+            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory (as Topology.memoised)
                 cache.clear()
             cache[canon, extra] = out
         cache[key] = out
     return out
-
-
-#: Entries per kind of :func:`symmetric_memo` before it starts afresh.
-_SYMMETRIC_MEMO_SIZE = 200_000
 
 
 def _rename(devices: tuple, node_of: list[int], members: list[list[int]], names: dict[int, int],

@@ -67,13 +67,12 @@ class DeviceFacts:
         )
 
     @cached_property
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
-        """``node``, ``zone``, ``region`` and ``gpu`` as arrays, and the counts of nodes, zones
-        and regions (for the local search's vectorised scores)."""
-        node, zone, region, gpu = (np.asarray(x) for x in (self.node, self.zone, self.region,
-                                                               self.gpu))
-        return node, zone, region, gpu, int(node.max()) + 1, int(zone.max()) + 1, \
-            int(region.max()) + 1
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                              int, int, int, int]:
+        """``node``, ``zone``, ``region`` and ``gpu`` as arrays, and the counts of nodes, zones,
+        regions and GPU types (for the local search's vectorised scores)."""
+        arrays = [np.asarray(x) for x in (self.node, self.zone, self.region, self.gpu)]
+        return (*arrays, *(int(a.max()) + 1 for a in arrays))
 
     def affinity(self, a: int, b: int) -> int:
         if self.node[a] == self.node[b]:
@@ -95,9 +94,8 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
     if start < len(order_l):
         bounds.append((start, len(order_l)))  # the unused devices form a group of their own
     if swaps == "cross" and len(bounds) > 1:
-        node, zone, region, gpu, n_node, n_zone, n_region = facts.arrays
+        node, zone, region, gpu, n_node, n_zone, n_region, n_gpu = facts.arrays
         n_groups = len(bounds)
-        n_gpu = int(gpu.max()) + 1
         group_of = np.empty(len(order_l), dtype=np.int64)
         for g, (lo, hi) in enumerate(bounds):
             group_of[lo:hi] = g
