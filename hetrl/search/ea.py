@@ -15,7 +15,8 @@ so tensor-parallel groups stay inside nodes. ``swaps="within"`` (HetRL-simple) o
 inside each group.
 
 Polish (our addition, ``Arm.polish``): coordinate descent on levels 4-5 from the best genotype --
-pairs of independent tasks of a group split over complementary windows of it, then each task's
+its groups' GPUs put in blocks of one type, pairs of independent tasks of a group split over
+complementary windows of it (the two taking turns at their layouts), then each task's
 (layout, offset) over the full-group and the aligned part-of-group layouts -- run by SHA-EA's
 final phase; what it finds joins the population as a genotype (see docs/search.md).
 """
@@ -174,7 +175,8 @@ class Arm:
                  model: CostModel, facts: DeviceFacts, rng: np.random.Generator,
                  population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
-                 p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1):
+                 p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
+                 type_blocks: bool = True, split_turns: int = 6):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -185,6 +187,12 @@ class Arm:
         #: the polish's pair splits: from how many of the best split shapes, and how many
         #: greedy sweeps over the other tasks' options from each
         self.split_starts, self.split_sweeps = split_starts, split_sweeps
+        #: whether a polish pass starts from the best genotype with each group's GPUs in blocks
+        #: of one type (see :meth:`type_blocked`)
+        self.type_blocks = type_blocks
+        #: at most this many turns of a pair split: each task of the pair in turn takes its
+        #: best layout on its window given the other's, until one keeps its layout (at least 2)
+        self.split_turns = split_turns
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -395,6 +403,26 @@ class Arm:
         training = {t.name for t in wl.tasks if t.kind == "training"}
         return sorted(out, key=lambda ab: -((ab[0] in training) + (ab[1] in training)))
 
+    def type_blocked(self, g: Genotype) -> Genotype:
+        """``g`` with each group's GPUs reordered into blocks of one GPU type (types, and nodes
+        within a type, in order of first appearance; a stable sort). The polish's windows are
+        runs of consecutive GPUs of a group, so only in this order can every union of whole
+        types be a window (any union, on the wrap-around, with up to three types): a replica
+        runs at its slowest GPU, so the splits that pay put a task on one type's GPUs."""
+        f = self.facts
+        order, start = list(g.order), 0
+        for n in g.sizes:
+            part = order[start:start + n]
+            type_rank: dict[int, int] = {}
+            node_rank: dict[int, int] = {}
+            for d in part:
+                type_rank.setdefault(f.gpu[d], len(type_rank))
+                node_rank.setdefault(f.node[d], len(node_rank))
+            order[start:start + n] = sorted(part, key=lambda d: (type_rank[f.gpu[d]],
+                                                                 node_rank[f.node[d]]))
+            start += n
+        return g.with_order(tuple(order))
+
     def _options(self, t: str, n: int) -> list[tuple[Layout, int]]:
         """(layout, offset) pairs for task ``t`` in a group of ``n`` GPUs: full-group layouts at
         offset 0, smaller ones at every offset that is a multiple of the GPUs they use."""
@@ -407,9 +435,10 @@ class Arm:
                     ) -> Iterator[None]:
         """Tasks ``a`` and ``b`` side by side on complementary windows of their group (sizes m
         and n - m, m a multiple of the node size or n / 2, at every aligned offset, either task
-        first): ``a`` takes its best layout on its window with ``b`` on the other, then ``b``
-        likewise. From the two best splits, one pass over the other tasks' (layout, offset)
-        options: a group's tasks are coupled through memory (a task that needs less leaves
+        first): the first takes its best layout on its window with the second on a first
+        guess (:meth:`_first_guess`) on the other, then the second likewise, in turns until a
+        task keeps its layout (at most ``split_turns``). From the two best splits, one pass
+        over the other tasks' (layout, offset) options: a group's tasks are coupled through memory (a task that needs less leaves
         more KV cache to generation), so single-task moves alone miss such plans."""
         exact = self.sub_by_used
         sizes = sorted({m for m in range(1, n) if self.aligned(m, n)})
@@ -420,9 +449,13 @@ class Arm:
                 if not la or not lb:
                     continue
                 for off in offsets(m, n):
-                    g = (base.with_offset(first, off).with_offset(second, (off + m) % n)
-                         .with_layout(second, max(lb, key=lambda x: (x[0], -x[1]))))
-                    for t, opts in ((first, la), (second, lb)):
+                    g = base.with_offset(first, off).with_offset(second, (off + m) % n)
+                    g = g.with_layout(second, self._first_guess(second, lb, g, (off + m) % n))
+                    # the two tasks take turns, each its best layout given the other's,
+                    # until a task keeps its layout (a fixed point) or the turns run out
+                    for turn in range(max(2, self.split_turns)):
+                        t, opts = (first, la) if turn % 2 == 0 else (second, lb)
+                        before = g.layout(t)
                         best_t = None
                         for x in opts:
                             h = g.with_layout(t, x)
@@ -435,6 +468,8 @@ class Arm:
                             if best_t is None or k < best_t[0]:
                                 best_t = (k, f, h)
                         g = best_t[2]
+                        if turn >= 2 and g.layout(t) == before:
+                            break
                     scored.append((best_t[1], m, first == a, len(scored), g))
         size = self.group_size
         others = [t for t, _ in base.layouts if t not in (a, b)]
@@ -458,6 +493,21 @@ class Arm:
                             here = (k, f, h)
                 f0, g = here[1], here[2]
 
+    def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
+        """A layout of ``options`` for task ``t`` on the window of its group's GPUs from
+        ``start`` on, chosen without an evaluation: the most data-parallel one whose own memory
+        fits the window's smallest GPU (as :meth:`seeded_genotype`), else the one needing least.
+        The pair's other task picks its layout against this one first: against a layout that
+        cannot fit, it would pick by memory alone."""
+        part = g.slices()[next(i for i, grp in enumerate(self.groups) if t in grp)]
+        used = options[0][0] * options[0][1] * options[0][2]
+        room = min(self.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
+            0.9 * self.model.params.usable_memory_fraction)
+        fitting = [x for x in options if self._need(t, x) < room]
+        if not fitting:
+            return min(options, key=lambda x: self._need(t, x))
+        return max(fitting, key=lambda x: (x[0], -x[1]))
+
     def polish_cost(self) -> int:
         """About how many evaluations one polish pass takes (counted, not evaluated): the pair
         splits, the sweeps from the best split of each shape, and one coordinate pass."""
@@ -468,7 +518,7 @@ class Arm:
     def _count_polish(self) -> int:
         size = self.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
-        total = sum(options.values())
+        total = sum(options.values()) + int(self.type_blocks)
         exact = self.sub_by_used
         for a, b in self._independent_pairs():
             n = size[a]
@@ -477,8 +527,10 @@ class Arm:
                 for m in range(1, n):
                     if self.aligned(m, n) and exact[first].get(m) and exact[second].get(n - m):
                         shapes += 1
-                        total += len(offsets(m, n)) * (len(exact[first][m])
-                                                       + len(exact[second][n - m]))
+                        # three turns: the usual fixed point (the first task keeps its
+                        # layout when it picks again)
+                        turns = [len(exact[first][m]), len(exact[second][n - m])] * 2
+                        total += len(offsets(m, n)) * sum(turns[:min(3, self.split_turns)])
             others = sum(v for t, v in options.items() if t not in (a, b))
             total += min(shapes, self.split_starts) * self.split_sweeps * others
         return total
@@ -553,8 +605,16 @@ class Arm:
         for pass_ in range(max_passes):
             start = current()[0]
             if pass_ == 0:
-                for a, b in self._independent_pairs():
-                    yield from self._split_pair(ev, a, b, size[a], current()[1], trial)
+                base = current()[1]
+                if self.type_blocks:  # the splits start from GPUs in blocks of one type
+                    blocked = self.type_blocked(base)
+                    if blocked.order != base.order:
+                        trial(blocked)
+                        yield
+                        base = blocked
+                for i, (a, b) in enumerate(self._independent_pairs()):
+                    yield from self._split_pair(ev, a, b, size[a], base if i == 0 else current()[1],
+                                                trial)
             for t in [t for t, _ in current()[1].layouts]:
                 base = current()[1]
                 cur = (base.layout(t), base.offset(t))

@@ -440,7 +440,10 @@ def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_
     a.polish(ev_a, cap=100)
     b.polish(ev_b, cap=200)
     assert a.evaluations == b.evaluations == 208
-    assert sorted(f for f, _ in a.population) == sorted(f for f, _ in b.population)
+    # the same plans in the same order: the same improvements at the same evaluations (the
+    # populations may differ: each call puts its best so far into the population)
+    assert [(e, f) for _, e, f in ev_a.history] == [(e, f) for _, e, f in ev_b.history]
+    assert min(f for f, _ in a.population) == min(f for f, _ in b.population)
 
 
 def test_finished_polish_waits_for_a_new_best(small_workload, small_cluster):
@@ -469,7 +472,7 @@ def test_finalists_keep_the_best_colocated_arm():
                                            _FakeArm(4.0)], True)
     alive = [split]  # the halving dropped the co-located grouping
     out = choose_finalists(alive, [together, split])
-    assert [a.best for a in out] == [1.0, 2.0, 3.0, 7.0]
+    assert [a.best for a in out] == [7.0, 1.0, 2.0, 3.0]  # added first: its polish goes first
     assert [a.best for a in choose_finalists(alive, [together, split], colocated=False)] == [
         1.0, 2.0, 3.0]
     # already among the best three: not added twice
@@ -516,3 +519,55 @@ def test_time_budget_reports_its_halving_rounds(small_workload, small_cluster):
     assert 1 <= result.extra["halving_rounds"]
     assert 0 <= result.extra["halving_rounds_completed"] <= result.extra["halving_rounds"]
     assert result.to_dict()["halving_rounds"] == result.extra["halving_rounds"]
+
+
+def test_type_blocked_puts_each_groups_gpus_in_blocks_of_one_type(small_workload):
+    """The polish's first move: each group's GPUs reordered into runs of one type (nodes of a
+    type together), the same GPUs in each group, types and nodes in order of first appearance."""
+    from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
+
+    cluster = ClusterSpec("mixed", (
+        NodeSpec("a1", "A100-80GB", 2, "us-east-1"), NodeSpec("l1", "L40S", 2, "us-east-2"),
+        NodeSpec("a2", "A100-80GB", 2, "us-east-1"), NodeSpec("t1", "L4", 2, "us-east-2"),
+        NodeSpec("l2", "L40S", 2, "us-east-2")),
+        region_links=(RegionLink("us-east-1", "us-east-2", 10.0, 5.0),))
+    model = CostModel(small_workload, cluster)
+    tasks = tuple(small_workload.task_names)
+    arm = Arm((tasks[:2], tasks[2:]), (6, 4), model, DeviceFacts.of(model),
+              np.random.default_rng(0))
+    gpu = [d.gpu.name for d in cluster.devices]
+    node = [d.node for d in cluster.devices]
+    for _ in range(20):  # random genotypes of the arm
+        g = arm.random_genotype()
+        blocked = arm.type_blocked(g)
+        for before, after in zip(g.slices(), blocked.slices(), strict=True):
+            assert sorted(before) == sorted(after)
+            types = [gpu[d] for d in after]
+            runs = [t for i, t in enumerate(types) if i == 0 or t != types[i - 1]]
+            assert len(runs) == len(set(runs))  # one run per type
+            assert runs == list(dict.fromkeys(gpu[d] for d in before))  # first-appearance order
+            nodes = [node[d] for d in after]
+            node_runs = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
+            assert len(node_runs) == len(set(node_runs))  # a node's GPUs together
+        assert arm.type_blocked(blocked) == blocked  # already in blocks: unchanged
+
+
+def test_a_pair_split_starts_from_a_guess_that_fits(small_workload, small_cluster):
+    """The second task's first guess on its window: the most data-parallel layout whose own
+    memory fits the window's smallest GPU, else the one that needs least memory."""
+    arm = _colocated_arm(small_workload, small_cluster)
+    g = arm.random_genotype()
+    task = next(t for t in small_workload.task_names
+                if small_workload.task(t).kind == "training")
+    room = min(arm.facts.memory) * 0.9 * arm.model.params.usable_memory_fraction
+    for used, options in arm.sub_by_used[task].items():
+        guess = arm._first_guess(task, options, g, 0)
+        assert guess in options
+        window = [g.order[k % len(g.order)] for k in range(used)]
+        fits = [x for x in options if arm._need(task, x) < min(
+            arm.facts.memory[d] for d in window) * 0.9 * arm.model.params.usable_memory_fraction]
+        if fits:
+            assert guess == max(fits, key=lambda x: (x[0], -x[1]))
+        else:
+            assert arm._need(task, guess) == min(arm._need(task, x) for x in options)
+            assert arm._need(task, guess) >= room
