@@ -542,6 +542,11 @@ class Arm:
                                                and self.best != self._polished_best)
 
     @property
+    def in_first_polish(self) -> bool:
+        """Whether the arm's first polish pass has started and not yet finished."""
+        return self._polisher is not None and math.isnan(self._polished_best)
+
+    @property
     def polishing(self) -> bool:
         """Whether a polish pass is in progress (stopped at a cap, resumed by the next call)."""
         return self._polisher is not None

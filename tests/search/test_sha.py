@@ -571,3 +571,16 @@ def test_a_pair_split_starts_from_a_guess_that_fits(small_workload, small_cluste
         else:
             assert arm._need(task, guess) == min(arm._need(task, x) for x in options)
             assert arm._need(task, guess) >= room
+
+
+def test_in_first_polish_until_the_first_pass_ends(small_workload, small_cluster):
+    """The final phase keeps the co-located arm while its first polish pass runs: the flag is
+    set from the first capped call until the pass finishes, and never again after."""
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm = _colocated_arm(small_workload, small_cluster)
+    arm.run(ev, 8)
+    assert not arm.in_first_polish
+    arm.polish(ev, cap=50)
+    assert arm.polishing and arm.in_first_polish
+    arm.polish(ev)  # the rest of the pass
+    assert not arm.polishing and not arm.in_first_polish
