@@ -255,10 +255,15 @@ class Arm:
             self._needs[key] = need
         return need
 
+    @property
+    def _room(self) -> float:
+        """The share of a GPU's memory a task's own bytes may take in the quick memory filters
+        (:meth:`_fitting`, :meth:`_first_guess`): 0.9 of the usable fraction."""
+        return 0.9 * self.model.params.usable_memory_fraction
+
     def _fitting(self, task: str, devices: tuple[int, ...]) -> list[Layout]:
         """Layouts whose own memory fits the smallest GPU they would use (a quick filter)."""
-        room = np.minimum.accumulate([self.facts.memory[d] for d in devices]) * (
-            0.9 * self.model.params.usable_memory_fraction)
+        room = np.minimum.accumulate([self.facts.memory[d] for d in devices]) * self._room
         options = self.layout_options[task]
         fitting = [x for x in options if self._need(task, x) < room[x[0] * x[1] * x[2] - 1]]
         return fitting or list(options)
@@ -438,8 +443,9 @@ class Arm:
         first): the first takes its best layout on its window with the second on a first
         guess (:meth:`_first_guess`) on the other, then the second likewise, in turns until a
         task keeps its layout (at most ``split_turns``). From the two best splits, one pass
-        over the other tasks' (layout, offset) options: a group's tasks are coupled through memory (a task that needs less leaves
-        more KV cache to generation), so single-task moves alone miss such plans."""
+        over the other tasks' (layout, offset) options: a group's tasks are coupled through
+        memory (a task that needs less leaves more KV cache to generation), so single-task
+        moves alone miss such plans."""
         exact = self.sub_by_used
         sizes = sorted({m for m in range(1, n) if self.aligned(m, n)})
         scored: list[tuple[float, int, bool, int, Genotype]] = []
@@ -502,7 +508,7 @@ class Arm:
         part = g.slices()[next(i for i, grp in enumerate(self.groups) if t in grp)]
         used = options[0][0] * options[0][1] * options[0][2]
         room = min(self.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
-            0.9 * self.model.params.usable_memory_fraction)
+            self._room)
         fitting = [x for x in options if self._need(t, x) < room]
         if not fitting:
             return min(options, key=lambda x: self._need(t, x))

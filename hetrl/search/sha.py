@@ -12,9 +12,10 @@ them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and an
 left-over) goes to the EAs of the three best arms and of the best all-co-located arm, round
 robin (our addition: one noisy early winner is not trusted with everything, and the co-located
 arm's worth shows only under the polish; it goes first), each polished (``Arm.polish``, our
-addition) whenever its best has changed, at most a third of the budget over the finalists per call, a pass
-stopped there resuming at the arm's next turn; after each turn of the round robin the worse
-half of the finalists is dropped (the halving goes on once each has shown its polished worth).
+addition) whenever its best has changed, at most a third of the budget over the finalists per
+call, a pass stopped there resuming at the arm's next turn; after each turn of the round robin
+the worse half of the finalists is dropped (the halving goes on once each has shown its
+polished worth; the co-located arm not before its first pass has finished).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
