@@ -68,12 +68,20 @@ def make_plan(rng: np.random.Generator | None = None, vary: str = "weights") -> 
             return devices
         return [int(d) for d in rng.permutation(devices)]
 
-    gen, inf, train = order(GEN), order(A100[:8]), order(A100[8:])
-    placements = [make_placement("actor_generation", gen, 10, 1, 4, 36, data_weights=w(10))]
-    placements += [make_placement(t, inf, 2, 1, 4, 36, data_weights=w(2)) for t in INFERENCE]
-    placements += [make_placement(t, train, 2, 2, 4, 36, data_weights=w(2)) for t in TRAINING]
-    groups = (TaskGroup(("actor_generation",), tuple(GEN)), TaskGroup(INFERENCE, tuple(A100[:8])),
-              TaskGroup(TRAINING, tuple(A100[8:])))
+    return _benchmark_layouts(order(GEN), order(A100[:8]), order(A100[8:]), w)
+
+
+def _benchmark_layouts(gen: list[int], inf: list[int], train: list[int],
+                       weights=lambda dp: None) -> Plan:
+    """The benchmark's layouts (generation tp 4 dp 10; inference tp 4 dp 2; training tp 4 pp 2
+    dp 2) on these device orders, one group each, with ``weights(dp)`` data weights."""
+    placements = [make_placement("actor_generation", gen, 10, 1, 4, 36, data_weights=weights(10))]
+    placements += [make_placement(t, inf, 2, 1, 4, 36, data_weights=weights(2))
+                   for t in INFERENCE]
+    placements += [make_placement(t, train, 2, 2, 4, 36, data_weights=weights(2))
+                   for t in TRAINING]
+    groups = (TaskGroup(("actor_generation",), tuple(sorted(gen))),
+              TaskGroup(INFERENCE, tuple(sorted(inf))), TaskGroup(TRAINING, tuple(sorted(train))))
     return Plan(groups, tuple(placements))
 
 
@@ -83,13 +91,7 @@ def new_sets_plan(rng: np.random.Generator) -> Plan:
     the memo key the cost-model issue names, so nothing but cluster-level facts that recur
     (replica hardware, link facts of small device sets) can be reused."""
     perm = [int(d) for d in rng.permutation(len(A100) + len(GEN))]
-    gen, inf, train = sorted(perm[:40]), sorted(perm[40:48]), sorted(perm[48:])
-    placements = [make_placement("actor_generation", gen, 10, 1, 4, 36)]
-    placements += [make_placement(t, inf, 2, 1, 4, 36) for t in INFERENCE]
-    placements += [make_placement(t, train, 2, 2, 4, 36) for t in TRAINING]
-    groups = (TaskGroup(("actor_generation",), tuple(gen)), TaskGroup(INFERENCE, tuple(inf)),
-              TaskGroup(TRAINING, tuple(train)))
-    return Plan(groups, tuple(placements))
+    return _benchmark_layouts(sorted(perm[:40]), sorted(perm[40:48]), sorted(perm[48:]))
 
 
 def reference_rate(repeats: int = 5) -> float:
