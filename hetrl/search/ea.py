@@ -226,6 +226,7 @@ class Arm:
             for x in opts:
                 by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
         self._needs: dict[tuple[str, Layout], float] = {}
+        self._improved: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
 
     def aligned(self, used: int, n: int) -> bool:
         """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
@@ -236,6 +237,7 @@ class Arm:
         state = dict(self.__dict__)
         state["model"] = None  # a worker process attaches its own cost model
         state["_polisher"] = None  # a generator does not pickle: a pass in progress restarts
+        state["_improved"] = {}  # a memo (up to 4096 device orders): rebuilt where it runs
         return state
 
     # --- genotypes ---
@@ -357,7 +359,15 @@ class Arm:
         return g.with_order(tuple(order))
 
     def improve(self, g: Genotype) -> Genotype:
-        order = local_search(g.order, g.sizes, self.facts, self.swaps)
+        """``g`` with its order improved by :func:`local_search` (a pure function of the order
+        and the group sizes: memoised, since layout moves keep the order)."""
+        key = (g.order, g.sizes)
+        order = self._improved.get(key)
+        if order is None:
+            order = local_search(g.order, g.sizes, self.facts, self.swaps)
+            if len(self._improved) >= 4096:
+                self._improved.clear()
+            self._improved[key] = order
         return g.with_order(order)
 
     def fitness(self, ev: Evaluator, g: Genotype) -> float:

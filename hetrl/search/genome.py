@@ -11,9 +11,10 @@ from its group's slice, tp innermost, then load-balances (data shares and layer 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from hetrl.cost.model import CostModel
-from hetrl.plan import Plan, TaskGroup, make_placement
+from hetrl.plan import Plan, TaskGroup, TaskPlacement, make_placement
 from hetrl.search.balance import balance
 from hetrl.search.space import Layout, layouts, sub_layouts
 from hetrl.spec.workload import WorkloadSpec
@@ -74,12 +75,24 @@ def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
     for tasks, devices in zip(g.groups, g.slices(), strict=True):
         groups.append(TaskGroup(tasks, tuple(devices)))
         for task in tasks:
-            dp, pp, tp = g.layout(task)
-            role = wl.task(task).role
+            lay = g.layout(task)
             off = g.offset(task) % len(devices)
-            mine = devices[off:] + devices[:off]
-            p = make_placement(task, mine[: dp * pp * tp], dp, pp, tp, wl.model(role).layers)
-            placements.append(balance(model, p) if load_balance else p)
+            # searches decode the same (task, GPUs, layout, offset) again and again (a move
+            # changes one task): memoised per cost model
+            placements.append(model.memoised(
+                ("decode", task, devices, lay, off, load_balance),
+                partial(_placement, model, task, devices, lay, off, load_balance)))
     order = {t: i for i, t in enumerate(wl.task_names)}
     placements.sort(key=lambda p: order[p.task])
     return Plan(tuple(groups), tuple(placements))
+
+
+def _placement(model: CostModel, task: str, devices: tuple[int, ...], lay: Layout, off: int,
+               load_balance: bool) -> TaskPlacement:
+    """Task ``task`` in layout ``lay`` on its group's ``devices`` from ``off`` on (wrapping),
+    load-balanced if ``load_balance``."""
+    dp, pp, tp = lay
+    mine = devices[off:] + devices[:off]
+    p = make_placement(task, mine[: dp * pp * tp], dp, pp, tp,
+                       model.workload.model(model.workload.task(task).role).layers)
+    return balance(model, p) if load_balance else p

@@ -12,8 +12,8 @@ them. The rounds share 70% of the budget; the rest (``exploit_fraction``, and an
 left-over) goes to the EAs of the three best arms and of the best all-co-located arm, round
 robin (our addition: one noisy early winner is not trusted with everything, and the co-located
 arm's worth shows only under the polish; it goes first), each polished (``Arm.polish``, our
-addition) whenever its best has changed, at most a third of the budget over the finalists per
-call, a pass stopped there resuming at the arm's next turn; after each turn of the round robin
+addition) whenever its best has changed, at most a third of the budget per call, a pass
+stopped there resuming at the arm's next turn; after each turn of the round robin
 the worse half of the finalists is dropped (the halving goes on once each has shown its
 polished worth; the co-located arm not before its first pass has finished).
 
@@ -312,9 +312,10 @@ class _SHABase(Scheduler):
             projected = int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0))
             return (projected if b.evaluations is None else min(projected, b.evaluations)) // 3
         stall = int(opts.get("stall_steps", 0))
-        # a polish call's cap: a third of the budget over the finalists, so every finalist's
-        # pass advances in each turn of the round robin (passes resume where they stopped)
-        chunks = int(opts.get("polish_chunks", len(finalists)))
+        # a polish call's cap: a third of the budget (over ``polish_chunks``): the co-located
+        # finalist goes first and its pass -- the finds on paper64 -- runs whole where the
+        # budget allows (passes stopped at a cap resume at the arm's next turn)
+        chunks = int(opts.get("polish_chunks", 1))
         # after each turn of the round robin, the worse half of the finalists is dropped
         # (``final_halving``): the halving goes on into the final phase once every finalist
         # has had a turn of its own

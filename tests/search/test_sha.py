@@ -234,6 +234,26 @@ def test_baldwinian_population_keeps_unimproved_genotypes():
     assert changed > 0, "local search changed some genotypes, and they were not written back"
 
 
+
+def test_memoised_decoding_and_local_search_match_fresh_ones():
+    """decode memoises placements per cost model and an arm memoises local search per device
+    order: after a search has filled both, every genotype decodes as with a fresh cost model,
+    and improves as local search computes it afresh."""
+    wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=64)
+    cl = mixed_cluster()
+    model = CostModel(wl, cl)
+    facts = DeviceFacts.of(model)
+    groups = (("actor_generation",), ("reward_inference", "reference_inference", "actor_training"))
+    arm = Arm(groups, (12, 12), model, facts, np.random.default_rng(7), population=6)
+    arm.run(Evaluator(wl, cl, Budget(evaluations=200, seed=0), model=model), 150)
+    assert arm._improved, "the memo was used"
+    checked = 0
+    for g in [g for _, g in arm.population] + [arm.mutate(g) for _, g in arm.population]:
+        assert decode(g, model) == decode(g, CostModel(wl, cl))
+        assert arm.improve(g).order == local_search(g.order, g.sizes, facts)
+        checked += 1
+    assert checked == 12
+
 # --- load balancer -------------------------------------------------------------------------------
 
 
