@@ -18,7 +18,9 @@ Polish (our addition, ``Arm.polish``): coordinate descent on levels 4-5 from the
 its groups' GPUs put in blocks of one type, pairs of independent tasks of a group split over
 complementary windows of it (the two taking turns at their layouts), then each task's
 (layout, offset) over the full-group and the aligned part-of-group layouts -- run by SHA-EA's
-final phase; what it finds joins the population as a genotype (see docs/search.md).
+final phase; what it finds joins the population as a genotype. Once a pass has converged, the
+next starts from the best after a few random moves (iterated local search; see
+docs/search.md).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ class Arm:
                  population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
                  p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
-                 type_blocks: bool = True, split_turns: int = 6):
+                 type_blocks: bool = True, split_turns: int = 6,
+                 kick_moves: int = 3):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -205,6 +208,11 @@ class Arm:
         self._polisher: Iterator[None] | None = None
         self._polish_state: list = [float("inf"), None]
         self._polished_best = float("nan")
+        #: the arm's best when the pass in progress started
+        self._pass_from = float("inf")
+        #: iterated local search: once a pass has converged, the next one starts from the best
+        #: genotype after this many random moves (:meth:`mutate`); 0: no further passes
+        self.kick_moves = kick_moves
         wl = model.workload
         self.training_groups = [i for i, g in enumerate(groups)
                                 if any(wl.task(t).kind == "training" for t in g)]
@@ -552,10 +560,10 @@ class Arm:
         return total
 
     def polish_pending(self) -> bool:
-        """Whether :meth:`polish` has work: a pass in progress, or an arm's best other than
-        the one the last finished pass ended with."""
-        return self._polisher is not None or (bool(self.population)
-                                               and self.best != self._polished_best)
+        """Whether :meth:`polish` has work: a pass in progress, an arm's best other than the
+        one the last finished pass ended with, or -- with kicks -- always."""
+        return self._polisher is not None or (bool(self.population) and (
+            self.kick_moves > 0 or self.best != self._polished_best))
 
     @property
     def in_first_polish(self) -> bool:
@@ -571,20 +579,29 @@ class Arm:
         """Coordinate descent from the population's best genotype (see :meth:`_descend`), for at
         most ``cap`` evaluations. A pass stopped at the cap resumes where it stopped at the next
         call, unless the EA has meanwhile found a better genotype than the pass's best: then a
-        new pass starts from it. After a finished pass, a new one starts only once the arm's
-        best differs from what that pass ended with. The best genotype found joins the
-        population (replacing the worst)."""
+        new pass starts from it. After a finished pass, the next starts from the arm's best
+        once it differs from what that pass ended with; until then, with ``kick_moves`` > 0,
+        from the best after that many random moves (iterated local search). The best genotype
+        a pass found joins the population (replacing the worst, if it is better)."""
         if not self.population:
             return
         state = self._polish_state
         best_f, best = min(self.population, key=lambda x: x[0])
-        if self._polisher is not None and best_f < state[0]:
+        if self._polisher is not None and best_f < min(state[0], self._pass_from):
             # the EA found better meanwhile: a new pass from it (measured on paper64: a pass
             # resumed from a stale base stalls where one restarted from the EA's best does not)
             self._polisher = None
         if self._polisher is None:
+            self._pass_from = best_f
             if best_f == self._polished_best:
-                return  # converged: nothing new to start from
+                if self.kick_moves <= 0:
+                    return  # converged: nothing new to start from
+                # converged: iterated local search -- a new pass from the best kicked by a few
+                # random moves (the pass may end worse than the best: what it finds still
+                # joins the population if it beats the worst)
+                for _ in range(self.kick_moves):
+                    best = self.mutate(best)
+                best_f = self.fitness(ev, best)
             state = self._polish_state = [best_f, best]
 
             def trial(g: Genotype, f: float | None = None) -> None:

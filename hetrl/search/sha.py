@@ -246,7 +246,8 @@ class _SHABase(Scheduler):
                         split_starts=int(opts.get("split_starts", 2)),
                         split_sweeps=int(opts.get("split_sweeps", 1)),
                         type_blocks=bool(opts.get("type_blocks", True)),
-                        split_turns=int(opts.get("split_turns", 6)))
+                        split_turns=int(opts.get("split_turns", 6)),
+                        kick_moves=int(opts.get("kick_moves", 3)))
                     for sizes in sizes_list]
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)

@@ -438,11 +438,11 @@ def test_evaluation_budget_is_the_smaller_of_time_and_cap(seconds, evaluations, 
         assert 16 <= total < evaluations
 
 
-def _colocated_arm(workload, cluster, seed=0):
+def _colocated_arm(workload, cluster, seed=0, **options):
     model = CostModel(workload, cluster)
     tasks = tuple(workload.task_names)
     return Arm((tasks,), (cluster.num_devices,), model, DeviceFacts.of(model),
-               np.random.default_rng(seed))
+               np.random.default_rng(seed), **options)
 
 
 def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_cluster):
@@ -466,9 +466,9 @@ def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_
     assert min(f for f, _ in a.population) == min(f for f, _ in b.population)
 
 
-def test_finished_polish_waits_for_a_new_best(small_workload, small_cluster):
+def test_finished_polish_waits_for_a_new_best_without_kicks(small_workload, small_cluster):
     ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
-    arm = _colocated_arm(small_workload, small_cluster)
+    arm = _colocated_arm(small_workload, small_cluster, kick_moves=0)
     arm.run(ev, 8)
     arm.polish(ev)  # no cap: the whole pass
     assert not arm.polishing and not arm.polish_pending()
@@ -478,6 +478,23 @@ def test_finished_polish_waits_for_a_new_best(small_workload, small_cluster):
     arm.best = arm.best - 1.0  # as if the EA had found better
     assert arm.polish_pending()
 
+
+
+def test_converged_polish_goes_on_from_a_kicked_best(small_workload, small_cluster):
+    """Iterated local search: once a pass has converged, the next starts from the best after
+    ``kick_moves`` random moves -- it evaluates, and never makes the arm's best worse."""
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm = _colocated_arm(small_workload, small_cluster, kick_moves=3)
+    arm.run(ev, 8)
+    arm.polish(ev)  # no cap: the whole first pass
+    assert not arm.polishing and arm.polish_pending()
+    best, spent = arm.best, arm.evaluations
+    arm.polish(ev, cap=50)
+    assert arm.evaluations > spent and arm.best <= best
+    # the kicked pass does not restart at each call: it resumes until it converges
+    assert arm.polishing
+    arm.polish(ev)
+    assert not arm.polishing and arm.best <= best
 
 class _FakeArm:
     def __init__(self, best):
