@@ -234,7 +234,6 @@ def test_baldwinian_population_keeps_unimproved_genotypes():
     assert changed > 0, "local search changed some genotypes, and they were not written back"
 
 
-
 def test_memoised_decoding_and_local_search_match_fresh_ones():
     """decode memoises placements per cost model and an arm memoises local search per device
     order: after a search has filled both, every genotype decodes as with a fresh cost model,
@@ -253,6 +252,7 @@ def test_memoised_decoding_and_local_search_match_fresh_ones():
         assert arm.improve(g).order == local_search(g.order, g.sizes, facts)
         checked += 1
     assert checked == 12
+
 
 # --- load balancer -------------------------------------------------------------------------------
 
@@ -479,7 +479,6 @@ def test_finished_polish_waits_for_a_new_best_without_kicks(small_workload, smal
     assert arm.polish_pending()
 
 
-
 def test_converged_polish_goes_on_from_a_kicked_best(small_workload, small_cluster):
     """Iterated local search: once a pass has converged, the next starts from the best after
     ``kick_moves`` random moves -- it evaluates, and never makes the arm's best worse."""
@@ -495,6 +494,7 @@ def test_converged_polish_goes_on_from_a_kicked_best(small_workload, small_clust
     assert arm.polishing
     arm.polish(ev)
     assert not arm.polishing and arm.best <= best
+
 
 class _FakeArm:
     def __init__(self, best):
