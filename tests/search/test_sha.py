@@ -192,13 +192,20 @@ def test_local_search_ends_in_a_local_optimum(seed):
 # --- Baldwinian evolution ------------------------------------------------------------------------
 
 
-def test_baldwinian_population_keeps_unimproved_genotypes():
+def _two_group_arm(seed: int) -> tuple:
+    """(workload, cluster, cost model, device facts, arm): generation on 12 GPUs of the mixed
+    cluster, the other tasks on the other 12, a population of 6."""
     wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=64)
     cl = mixed_cluster()
     model = CostModel(wl, cl)
     facts = DeviceFacts.of(model)
     groups = (("actor_generation",), ("reward_inference", "reference_inference", "actor_training"))
-    arm = Arm(groups, (12, 12), model, facts, np.random.default_rng(5), population=6)
+    return wl, cl, model, facts, Arm(groups, (12, 12), model, facts, np.random.default_rng(seed),
+                                     population=6)
+
+
+def test_baldwinian_population_keeps_unimproved_genotypes():
+    wl, cl, model, _, arm = _two_group_arm(5)
     calls: list = []
     original_improve = arm.improve
 
@@ -238,12 +245,7 @@ def test_memoised_decoding_and_local_search_match_fresh_ones():
     """decode memoises placements per cost model and an arm memoises local search per device
     order: after a search has filled both, every genotype decodes as with a fresh cost model,
     and improves as local search computes it afresh."""
-    wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=64)
-    cl = mixed_cluster()
-    model = CostModel(wl, cl)
-    facts = DeviceFacts.of(model)
-    groups = (("actor_generation",), ("reward_inference", "reference_inference", "actor_training"))
-    arm = Arm(groups, (12, 12), model, facts, np.random.default_rng(7), population=6)
+    wl, cl, model, facts, arm = _two_group_arm(7)
     arm.run(Evaluator(wl, cl, Budget(evaluations=200, seed=0), model=model), 150)
     assert arm._improved, "the memo was used"
     checked = 0
