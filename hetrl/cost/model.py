@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,22 +45,78 @@ from hetrl.spec.workload import WorkloadSpec
 DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
 
 _ZERO_PARTS = dict.fromkeys(PARTS, 0.0)
+_NO_BYTES = np.zeros((5, 0))  # MemoryReport rows of a group with no device over its memory
+_NO_BYTES.setflags(write=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
+class MemoryReport:
+    """Per-device memory of a plan's task groups, turned into GB and messages only when read
+    (a search makes estimates by the hundred thousand and reads these of one or two).
+
+    ``peaks``: per group, its device ids and the bytes per device at peak (indexed by device id);
+    ``over``: per group whose devices exceed their usable memory, those device ids and a (5, k)
+    array of their needed, weight, trained-state, working and usable bytes; ``gpus``: per device
+    of the cluster, its GPU type name and memory (GB)."""
+
+    peaks: tuple[tuple[np.ndarray, np.ndarray], ...]
+    over: tuple[tuple[np.ndarray, np.ndarray], ...]
+    gpus: tuple[tuple[str, float], ...]
+
+    def peak_gb(self) -> dict[int, float]:
+        """Device id -> peak GB (1e9 bytes), in device order."""
+        if len(self.peaks) == 1:
+            ids, nbytes = self.peaks[0]
+            return dict(zip(ids.tolist(), (nbytes[ids] / 1e9).tolist(), strict=True))
+        ids = np.concatenate([i for i, _ in self.peaks])
+        gb = np.concatenate([b[i] for i, b in self.peaks]) / 1e9
+        order = np.argsort(ids, kind="stable")
+        return dict(zip(ids[order].tolist(), gb[order].tolist(), strict=True))
+
+    def messages(self) -> tuple[str, ...]:
+        """One message per device over its usable memory, in device order."""
+        rows = sorted((d, *col) for ids, table in self.over
+                      for d, col in zip(ids.tolist(), table.T.tolist(), strict=True))
+        out = []
+        for d, need, weights, states, working, usable in rows:
+            name, memory_gb = self.gpus[d]
+            out.append(
+                f"device {d} ({name}): needs {need / 1e9:.1f} GB (weights {weights / 1e9:.1f}, "
+                f"grads+optimizer {states / 1e9:.1f}, working {working / 1e9:.1f}) "
+                f"> usable {usable / 1e9:.1f} GB of {memory_gb:g} GB")
+        return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
 class Estimate:
-    """The cost model's answer for one plan. Times in seconds, memory in GB (1e9 bytes)."""
+    """The cost model's answer for one plan. Times in seconds, memory in GB (1e9 bytes).
+    ``peak_memory_gb`` (device id -> GB) and ``violations`` (memory messages in device order,
+    then the tasks' own) are built from ``memory`` and ``task_violations`` when first read.
+    Estimates compare by :meth:`to_dict`."""
 
     iteration_s: float
     tasks: dict[str, float]
     parts: dict[str, dict[str, float]]
-    peak_memory_gb: dict[int, float]
     feasible: bool
-    violations: tuple[str, ...]
     samples_per_iteration: int
     tokens_per_iteration: float
     chain_s: float
     generation_concurrency: int
+    memory: MemoryReport
+    task_violations: tuple[str, ...] = ()
+
+    @cached_property
+    def peak_memory_gb(self) -> dict[int, float]:
+        return self.memory.peak_gb()
+
+    @cached_property
+    def violations(self) -> tuple[str, ...]:
+        return self.memory.messages() + self.task_violations
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Estimate) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -118,12 +174,16 @@ class _PlanMemory:
 
 @dataclass(eq=False, slots=True)
 class _GroupResult:
-    """One task group's memory answer: its devices, (device, message) memory violations, (device,
-    peak GB) in device order, and the generation task's result if the group holds it."""
+    """One task group's memory answer: its devices; the devices over their usable memory and
+    their (need, weights, states, working, usable) bytes (see :class:`MemoryReport`); the devices
+    it uses and the bytes per device at peak; and the generation task's result if the group
+    holds it."""
 
     device_set: frozenset[int]
-    violations: list[tuple[int, str]]
-    peak: list[tuple[int, float]]
+    over: np.ndarray
+    over_bytes: np.ndarray
+    peak_ids: np.ndarray
+    peak_bytes: np.ndarray
     generation: _TaskResult | None
 
 
@@ -168,8 +228,9 @@ class CostModel:
             #: per task: (kind, role, model copy name); the workflow's stages as task names
             info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
+            gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {})
+                      {}, {}, {}, {}, {}, {}, gpus)
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -190,6 +251,8 @@ class CostModel:
         #: and _group_memory
         self._dense: dict[Any, tuple] = static[11]
         self._group_mem: dict[Any, tuple] = static[12]
+        #: per device its GPU type name and memory (GB), for memory messages
+        self._gpus: tuple[tuple[str, float], ...] = static[13]
         #: entries of each of the two before it starts afresh (an entry holds about 16 arrays
         #: over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
@@ -586,27 +649,20 @@ class CostModel:
         placements = {p.task: p for p in plan.placements}
         gen = placements["actor_generation"]
         groups = self._group_results(plan)
-        # Memory violations in device order, then the tasks' own.
-        violations: list[str] = []
-        if any(g.violations for g in groups):
-            violations += [msg for _, msg in sorted(itertools.chain.from_iterable(
-                g.violations for g in groups))]
         gen_result = next(g.generation for g in groups if g.generation is not None)
         results: dict[str, _TaskResult] = {"actor_generation": gen_result}
         for p in plan.placements:
             if p.task != "actor_generation":
                 results[p.task] = self._forward_task(p, gen)
-        for r in results.values():
-            if r.violations:
-                violations.extend(r.violations)
-        if len(groups) == 1:
-            peak = dict(groups[0].peak)
-        else:
-            peak = dict(sorted(itertools.chain.from_iterable(g.peak for g in groups)))
+        task_violations = tuple(itertools.chain.from_iterable(
+            r.violations for r in results.values() if r.violations))
+        memory = MemoryReport(tuple((g.peak_ids, g.peak_bytes) for g in groups),
+                              tuple((g.over, g.over_bytes) for g in groups if g.over.size),
+                              self._gpus)
         sync_s = self._weight_sync(gen, placements["actor_training"])
         seconds = {t: r.seconds for t, r in results.items()}
-        memory = self._memory
-        devices = {p.task: memory[p].device_set for p in plan.placements}
+        mems = self._memory
+        devices = {p.task: mems[p].device_set for p in plan.placements}
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
                                    self.params.eta, self._makespan)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
@@ -616,10 +672,11 @@ class CostModel:
         if not math.isfinite(it) or it <= 0:
             raise ValueError(f"cost model produced a non-finite iteration time {it!r}")
         return Estimate(
-            iteration_s=float(it), tasks=tasks, parts=parts, peak_memory_gb=peak,
-            feasible=not violations, violations=tuple(violations),
+            iteration_s=float(it), tasks=tasks, parts=parts,
+            feasible=not (memory.over or task_violations),
             samples_per_iteration=wl.samples, tokens_per_iteration=wl.samples * self.L.seq_mean,
             chain_s=float(chain), generation_concurrency=gen_result.concurrency,
+            memory=memory, task_violations=task_violations,
         )
 
     def _group_results(self, plan: Plan) -> list[_GroupResult]:
@@ -642,26 +699,27 @@ class CostModel:
         out = self._groups.get(key)
         if out is not None:
             return out
-        mem, need, kv_budget, violations, ids, peak, device_set = self._group_memory(
+        mem, need, kv_budget, over, over_bytes, ids, device_set = self._group_memory(
             placements, copies)
         generation = None
+        peak_bytes = need
         for p, m in zip(placements, mem.placements, strict=True):
             if p.task == "actor_generation":
                 generation = self._generation(p, kv_budget)
                 kv_used = np.minimum(np.maximum(kv_budget, 0.0),
                                      generation.concurrency * m.kv_per_seq)
                 peak_bytes = np.maximum(need, mem.resident + kv_used)
-                peak = list(zip(ids.tolist(), (peak_bytes[ids] / 1e9).tolist(), strict=True))
-        out = _GroupResult(device_set, violations, peak, generation)
+        out = _GroupResult(device_set, over, over_bytes, ids, peak_bytes, generation)
         self._groups[key] = out
         return out
 
     def _group_memory(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]
-                      ) -> tuple[_PlanMemory, np.ndarray, np.ndarray, list[tuple[int, str]],
-                                 np.ndarray, list[tuple[int, float]], frozenset[int]]:
+                      ) -> tuple[_PlanMemory, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                 np.ndarray, frozenset[int]]:
         """A task group's memory, the bytes its devices need (resident + working), the KV
-        budget it leaves, its (device, message) violations, the devices it uses, their peak GB
-        without the KV cache, and its device set. A pure function of the placements' memory:
+        budget it leaves, the devices over their usable memory and their (need, weights,
+        states, working, usable) bytes (5 x k), the devices it uses, and its device set.
+        A pure function of the placements' memory:
         shared by groups whose placements differ in data shares only when their memory does
         not (the entry holds the placement memories, so their ids stay theirs)."""
         mems = [self.placement_memory(p) for p in placements]
@@ -673,29 +731,19 @@ class CostModel:
         resident, working, used = mem.resident, mem.working, mem.used
         need = resident + working
         kv_budget = self._kv_budget(resident, working)
-        over = np.nonzero(used & (need > self._mem_bytes))[0].tolist()
-        violations = list(zip(over, self._memory_violations(mem, need, over), strict=True))
-        ids = np.nonzero(used)[0]
-        peak = list(zip(ids.tolist(), (need[ids] / 1e9).tolist(), strict=True))
+        over = np.flatnonzero(used & (need > self._mem_bytes))
+        over_bytes = _NO_BYTES
+        if over.size:
+            over_bytes = np.array([need[over], sum(mem.copies[c][over] for c in mem.copy_names),
+                                   mem.states[over], mem.working[over], self._mem_bytes[over]])
+        ids = np.flatnonzero(used)
         device_set = frozenset().union(*(m.device_set for m in mem.placements))
-        out = (mem, need, kv_budget, violations, ids, peak, device_set)
+        out = (mem, need, kv_budget, over, over_bytes, ids, device_set)
         if len(self._group_mem) >= self._shared_entries:
             self._group_mem.clear()
         self._group_mem[key] = (mems, out)
         return out
 
-    def _memory_violations(self, mem: _PlanMemory, need: np.ndarray,
-                           devices: list[int]) -> list[str]:
-        """One message per device of ``devices`` whose bytes exceed its usable memory."""
-        out = []
-        for d in devices:
-            gpu = self.cluster.devices[d].gpu
-            w = sum(float(mem.copies[c][d]) for c in mem.copy_names)
-            out.append(
-                f"device {d} ({gpu.name}): needs {need[d] / 1e9:.1f} GB (weights {w / 1e9:.1f}, "
-                f"grads+optimizer {mem.states[d] / 1e9:.1f}, working {mem.working[d] / 1e9:.1f}) "
-                f"> usable {self._mem_bytes[d] / 1e9:.1f} GB of {gpu.memory_gb:g} GB")
-        return out
 
 
 def _weight_sync_of_grids(cluster: ClusterSpec, gen_grid: Grid, train_grid: Grid,

@@ -88,6 +88,7 @@ class _GenerationEngine:
         self.concurrency: dict[Any, tuple[int, tuple[str, ...]]] = {}
         self.saturated: dict[float, tuple[float, float, float, float, float]] = {}
         self.drain: dict[float, tuple[float, float, float, float, float]] = {}
+        self.priced: dict[tuple[float, int, tuple[str, ...]], ReplicaCost] = {}
 
     def _concurrency(self, kv_budget: tuple[float, ...],
                      max_concurrency: int) -> tuple[int, tuple[str, ...]]:
@@ -111,7 +112,17 @@ class _GenerationEngine:
             conc = self._concurrency(kv_budget, max_concurrency)
             if len(self.concurrency) < 4096:
                 self.concurrency[key] = conc
-        B, violations = conc
+        # The budget enters only through the concurrency it allows (and its violations), so
+        # budgets that allow the same concurrency share one answer.
+        out = self.priced.get((n, *conc))
+        if out is None:
+            out = self._replica(n, *conc)
+            if len(self.priced) >= 4096:
+                self.priced.clear()
+            self.priced[(n, *conc)] = out
+        return out
+
+    def _replica(self, n: float, B: int, violations: tuple[str, ...]) -> ReplicaCost:
         m = min(n, B)
         if n <= 0:
             return ReplicaCost(0.0, _parts(), B, violations)

@@ -195,3 +195,37 @@ def test_generation_prices_the_slowest_replica(paper64):
         assert got.seconds == slowest.seconds
         assert got.parts == slowest.parts
         assert model._generation(p, budget) is got  # memoised per (placement, KV budgets)
+
+
+def test_budgets_allowing_the_same_concurrency_share_one_price(paper64):
+    # a generation replica's price depends on its KV budget only through the concurrency (and
+    # the violations) the budget allows: the memo keyed by those gives a fresh engine's answer
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    L = length_stats(wl)
+    shapes = stage_shapes(wl.model("actor"), (36,), 2, True, wl.bytes_per_value)
+    hw = replica_hw(paper64, ((0, 1),))
+    engine = generation_engine(shapes, hw, L, DEFAULT_PARAMS)
+    rng = np.random.default_rng(19)
+    for budget_gb in rng.uniform(0.05, 70.0, 40).tolist() + [30.0, 30.0001, 0.0]:
+        n = float(rng.choice([64.0, 307.2, 3072.0]))
+        got = engine.replica(n, (budget_gb * 1e9,), wl.gen_max_concurrency)
+        fresh = type(engine)(shapes, hw, L, DEFAULT_PARAMS).replica(
+            n, (budget_gb * 1e9,), wl.gen_max_concurrency)
+        assert (got.seconds, got.parts, got.concurrency, got.violations) == (
+            fresh.seconds, fresh.parts, fresh.concurrency, fresh.violations)
+
+
+def test_lazy_memory_report_pickles_and_reads_like_the_estimate(paper64):
+    # peak memory and violation messages are built when first read; an estimate sent to another
+    # process (pickled) reads the same, and estimates compare by their numbers
+    import pickle
+
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    placements = [make_placement(t, list(range(8)), 8, 1, 1, 36) for t in wl.task_names]
+    plan = Plan((TaskGroup(tuple(wl.task_names), tuple(range(8))),), tuple(placements))
+    est = CostModel(wl, paper64).estimate(plan)
+    assert not est.feasible and est.violations[0].startswith("device 0 (A100-80GB): needs ")
+    copy = pickle.loads(pickle.dumps(est))
+    assert copy == est and copy.to_dict() == est.to_dict()
+    assert copy.violations == est.violations and copy.peak_memory_gb == est.peak_memory_gb
+    assert list(est.peak_memory_gb) == list(range(8))
