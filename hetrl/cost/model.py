@@ -174,12 +174,10 @@ class _PlanMemory:
 
 @dataclass(eq=False, slots=True)
 class _GroupResult:
-    """One task group's memory answer: its devices; the devices over their usable memory and
-    their (need, weights, states, working, usable) bytes (see :class:`MemoryReport`); the devices
-    it uses and the bytes per device at peak; and the generation task's result if the group
-    holds it."""
+    """One task group's memory answer: the devices over their usable memory and their (need,
+    weights, states, working, usable) bytes (see :class:`MemoryReport`); the devices it uses and
+    the bytes per device at peak; and the generation task's result if the group holds it."""
 
-    device_set: frozenset[int]
     over: np.ndarray
     over_bytes: np.ndarray
     peak_ids: np.ndarray
@@ -687,8 +685,8 @@ class CostModel:
         pl = plan.placements
         out = [self._group(tuple([pl[i] for i in idx]), names) for idx, names in structure]
         if len(out) > 1:
-            sets = [g.device_set for g in out]
-            if sum(map(len, sets)) != len(frozenset().union(*sets)):
+            used = np.concatenate([g.peak_ids for g in out])
+            if np.unique(used).size != used.size:
                 out = [self._group(pl, copies)]
         return out
 
@@ -699,7 +697,7 @@ class CostModel:
         out = self._groups.get(key)
         if out is not None:
             return out
-        mem, need, kv_budget, over, over_bytes, ids, device_set = self._group_memory(
+        mem, need, kv_budget, over, over_bytes, ids = self._group_memory(
             placements, copies)
         generation = None
         peak_bytes = need
@@ -709,18 +707,17 @@ class CostModel:
                 kv_used = np.minimum(np.maximum(kv_budget, 0.0),
                                      generation.concurrency * m.kv_per_seq)
                 peak_bytes = np.maximum(need, mem.resident + kv_used)
-        out = _GroupResult(device_set, over, over_bytes, ids, peak_bytes, generation)
+        out = _GroupResult(over, over_bytes, ids, peak_bytes, generation)
         self._groups[key] = out
         return out
 
     def _group_memory(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]
                       ) -> tuple[_PlanMemory, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                 np.ndarray, frozenset[int]]:
+                                 np.ndarray]:
         """A task group's memory, the bytes its devices need (resident + working), the KV
         budget it leaves, the devices over their usable memory and their (need, weights,
-        states, working, usable) bytes (5 x k), the devices it uses, and its device set.
-        A pure function of the placements' memory:
-        shared by groups whose placements differ in data shares only when their memory does
+        states, working, usable) bytes (5 x k), and the devices it uses. A pure function of
+        the placements' memory: shared by groups whose placements differ in data shares only when their memory does
         not (the entry holds the placement memories, so their ids stay theirs)."""
         mems = [self.placement_memory(p) for p in placements]
         key = (tuple(map(id, mems)), copies)
@@ -737,8 +734,7 @@ class CostModel:
             over_bytes = np.array([need[over], sum(mem.copies[c][over] for c in mem.copy_names),
                                    mem.states[over], mem.working[over], self._mem_bytes[over]])
         ids = np.flatnonzero(used)
-        device_set = frozenset().union(*(m.device_set for m in mem.placements))
-        out = (mem, need, kv_budget, over, over_bytes, ids, device_set)
+        out = (mem, need, kv_budget, over, over_bytes, ids)
         if len(self._group_mem) >= self._shared_entries:
             self._group_mem.clear()
         self._group_mem[key] = (mems, out)
