@@ -440,6 +440,30 @@ def test_evaluation_budget_is_the_smaller_of_time_and_cap(seconds, evaluations, 
         assert 16 <= total < evaluations
 
 
+def test_time_budget_warm_up_runs_on_the_colocated_arm_the_search_keeps(
+        small_workload, small_cluster, monkeypatch):
+    # the warm-up that turns seconds into evaluations searches on the all-co-located
+    # grouping's arm, and the rounds go on with that arm: its first plans are not thrown away
+    from hetrl.search.sha import _SHABase
+
+    seen = {}
+    real = _SHABase._evaluation_budget
+
+    def spy(self, ev, groupings, facts, rng, warm=None):
+        total = real(self, ev, groupings, facts, rng, warm)
+        seen["warm"], seen["after_warm_up"] = warm, (warm.evaluations, warm.best)
+        return total
+
+    monkeypatch.setattr(_SHABase, "_evaluation_budget", spy)
+    result = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                           Budget(seconds=3.0, seed=0))
+    warm = seen["warm"]
+    assert warm is not None and len(warm.groups) == 1 and len(warm.population) == 8
+    evaluations, best = seen["after_warm_up"]
+    assert evaluations == 24 and warm.evaluations > evaluations  # it searched on in the rounds
+    assert result.estimate.iteration_s <= best
+
+
 def _colocated_arm(workload, cluster, seed=0, **options):
     model = CostModel(workload, cluster)
     tasks = tuple(workload.task_names)
