@@ -717,8 +717,9 @@ class CostModel:
         """A task group's memory, the bytes its devices need (resident + working), the KV
         budget it leaves, the devices over their usable memory and their (need, weights,
         states, working, usable) bytes (5 x k), and the devices it uses. A pure function of
-        the placements' memory: shared by groups whose placements differ in data shares only when their memory does
-        not (the entry holds the placement memories, so their ids stay theirs)."""
+        the placements' memory: shared by groups whose placements differ in data shares only
+        when their memory does not (the entry holds the placement memories, so their ids stay
+        theirs)."""
         mems = [self.placement_memory(p) for p in placements]
         key = (tuple(map(id, mems)), copies)
         hit = self._group_mem.get(key)

@@ -2,20 +2,20 @@
 (level 2), driving the evolutionary algorithm of :mod:`hetrl.search.ea` on levels 3-5.
 
 Budget E evaluations (a time budget is turned into evaluations by timing a warm-up on the
-all-co-located grouping's arm, which keeps what it found, and each round after the first is replanned from the rate the last one measured; with both a time and an
-evaluation budget, E is the smaller). Level 1
-runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each, split evenly over the
-surviving task groupings; after each round the worse half (by the best cost found) is dropped,
-so the budget per survivor doubles. Inside a round, each task grouping runs the same halving
-over its GPU-group sizes with its share, and at the next level-1 round keeps the best half of
-them. The rounds share half the budget; the rest (``exploit_fraction``, and any rounding
-left-over) goes to the EAs of the three best arms and of the best all-co-located arm, round
-robin (our addition: one noisy early winner is not trusted with everything, and the co-located
-arm's worth shows only under the polish; it goes first), each polished (``Arm.polish``, our
-addition) whenever its best has changed, at most a third of the budget per call, a pass
-stopped there resuming at the arm's next turn; after each turn of the round robin
-the worse half of the finalists is dropped (the halving goes on once each has shown its
-polished worth; the co-located arm not before its first pass has finished).
+all-co-located grouping's arm, which keeps what it found, and each round after the first is
+replanned from the rate the last one measured; with both a time and an evaluation budget, E is
+the smaller). Level 1 runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each,
+split evenly over the surviving task groupings; after each round the worse half (by the best
+cost found) is dropped, so the budget per survivor doubles. Inside a round, each task grouping
+runs the same halving over its GPU-group sizes with its share, and at the next level-1 round
+keeps the best half of them. The rounds share half the budget; the rest (``exploit_fraction``,
+and any rounding left-over) goes to the EAs of the three best arms and of the best
+all-co-located arm, round robin (our addition: one noisy early winner is not trusted with
+everything, and the co-located arm's worth shows only under the polish; it goes first), each
+polished (``Arm.polish``, our addition) whenever its best has changed, at most a third of the
+budget per call, a pass stopped there resuming at the arm's next turn; after each turn of the
+round robin the worse half of the finalists is dropped (the halving goes on once each has shown
+its polished worth; the co-located arm not before its first pass has finished).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -259,9 +259,8 @@ class _SHABase(Scheduler):
         level1 = []
         for grouping in groupings:
             sizes_list = sample_sizes(n, len(grouping), k, rng)
-            arms = [make_arm(grouping, sizes) for sizes in sizes_list]
-            if warm is not None and grouping == warm.groups:
-                arms = [warm if a.sizes == warm.sizes else a for a in arms]
+            arms = [warm if warm is not None and (grouping, sizes) == (warm.groups, warm.sizes)
+                    else make_arm(grouping, sizes) for sizes in sizes_list]
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
         spent0 = ev.evaluations
@@ -386,9 +385,10 @@ class _SHABase(Scheduler):
         b = ev.budget
         if b.seconds is None:
             return b.evaluations  # an evaluation budget alone: deterministic
-        # A time budget (with or without an evaluation cap): time a warm-up of random plans to
-        # turn seconds into evaluations, and plan for whichever of the two runs out first (an
-        # evaluation cap far above what the time allows must not stretch the rounds beyond it).
+        # A time budget (with or without an evaluation cap): time a warm-up (EA steps after
+        # the initial population) to turn seconds into evaluations, and plan for whichever of
+        # the two runs out first (an evaluation cap far above what the time allows must not
+        # stretch the rounds beyond it).
         if warm is None:
             warm = Arm(groupings[0], (ev.cluster.num_devices,), ev.model, facts,
                        np.random.default_rng(rng.integers(2**63)), population=4,
