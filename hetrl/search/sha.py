@@ -251,10 +251,8 @@ class _SHABase(Scheduler):
         # then goes on searching: its first plans are kept, not thrown away (measured, paper64,
         # 10 s, seed 1: a throw-away warm-up found 173.65 s at its 24th evaluation; the search
         # ended there when the co-located arm's own start was 240.9 s)
-        warm = None
-        if ev.budget.seconds is not None and len(groupings[0]) == 1:
-            warm = make_arm(groupings[0], (n,))
-        total = self._evaluation_budget(ev, groupings, facts, rng, warm)
+        warm = make_arm(groupings[0], (n,)) if ev.budget.seconds is not None else None
+        total = self._evaluation_budget(ev, warm)
         k = int(opts.get("gpu_groupings", max(1, min(6, total // (len(groupings) * 6)))))
         level1 = []
         for grouping in groupings:
@@ -378,10 +376,10 @@ class _SHABase(Scheduler):
             out = min(out, left / rounds_left)
         return max(out, 0.0)
 
-    def _evaluation_budget(self, ev: Evaluator, groupings: list, facts: DeviceFacts,
-                           rng: np.random.Generator, warm: Arm | None = None) -> int:
+    @staticmethod
+    def _evaluation_budget(ev: Evaluator, warm: Arm | None) -> int:
         """The search's evaluation budget E. With a time budget, E comes from timing a warm-up
-        on ``warm`` (an arm the search keeps; by default a throw-away arm of ``groupings[0]``)."""
+        on ``warm`` (an arm the search keeps; required then)."""
         b = ev.budget
         if b.seconds is None:
             return b.evaluations  # an evaluation budget alone: deterministic
@@ -389,10 +387,7 @@ class _SHABase(Scheduler):
         # the initial population) to turn seconds into evaluations, and plan for whichever of
         # the two runs out first (an evaluation cap far above what the time allows must not
         # stretch the rounds beyond it).
-        if warm is None:
-            warm = Arm(groupings[0], (ev.cluster.num_devices,), ev.model, facts,
-                       np.random.default_rng(rng.integers(2**63)), population=4,
-                       swaps=self.swaps)
+        assert warm is not None, "a time budget needs an arm to time the warm-up on"
         warm.run(ev, 8)  # the first evaluations fill the cost model's caches: not timed
         t0 = time.perf_counter()
         warm.run(ev, 16)

@@ -431,9 +431,10 @@ def test_evaluation_budget_is_the_smaller_of_time_and_cap(seconds, evaluations, 
     sched = HetRLSimpleScheduler()
     ev = Evaluator(small_workload, small_cluster, Budget(seconds=seconds, evaluations=evaluations))
     model = ev.model
-    groupings = [(tuple(small_workload.task_names),)]  # the warm-up runs all tasks in one group
-    total = sched._evaluation_budget(ev, groupings, DeviceFacts.of(model),
-                                     np.random.default_rng(0))
+    # the warm-up runs on an arm with all tasks in one group
+    warm = Arm((tuple(small_workload.task_names),), (small_cluster.num_devices,), model,
+               DeviceFacts.of(model), np.random.default_rng(0), swaps=sched.swaps)
+    total = sched._evaluation_budget(ev, warm if seconds is not None else None)
     if expect == "cap":
         assert total == evaluations
     else:
@@ -449,12 +450,12 @@ def test_time_budget_warm_up_runs_on_the_colocated_arm_the_search_keeps(
     seen = {}
     real = _SHABase._evaluation_budget
 
-    def spy(self, ev, groupings, facts, rng, warm=None):
-        total = real(self, ev, groupings, facts, rng, warm)
+    def spy(ev, warm):
+        total = real(ev, warm)
         seen["warm"], seen["after_warm_up"] = warm, (warm.evaluations, warm.best)
         return total
 
-    monkeypatch.setattr(_SHABase, "_evaluation_budget", spy)
+    monkeypatch.setattr(_SHABase, "_evaluation_budget", staticmethod(spy))
     result = get_scheduler("hetrl").search(small_workload, small_cluster,
                                            Budget(seconds=3.0, seed=0))
     warm = seen["warm"]
