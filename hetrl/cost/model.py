@@ -65,9 +65,6 @@ class MemoryReport:
 
     def peak_gb(self) -> dict[int, float]:
         """Device id -> peak GB (1e9 bytes), in device order."""
-        if len(self.peaks) == 1:
-            ids, nbytes = self.peaks[0]
-            return dict(zip(ids.tolist(), (nbytes[ids] / 1e9).tolist(), strict=True))
         ids = np.concatenate([i for i, _ in self.peaks])
         gb = np.concatenate([b[i] for i, b in self.peaks]) / 1e9
         order = np.argsort(ids, kind="stable")
