@@ -15,8 +15,8 @@ so tensor-parallel groups stay inside nodes. ``swaps="within"`` (HetRL-simple) o
 inside each group.
 
 Polish (our addition, ``Arm.polish``): coordinate descent on levels 4-5 from the best genotype --
-its groups' GPUs put in blocks of one type, pairs of independent tasks of a group split over
-complementary windows of it (the two taking turns at their layouts), then each task's
+its groups' GPUs put in blocks of one type, pairs (then triples) of independent tasks of a group
+split over consecutive windows of it (the tasks taking turns at their layouts), then each task's
 (layout, offset) over the full-group and the aligned part-of-group layouts -- run by SHA-EA's
 final phase; what it finds joins the population as a genotype. Once a pass has converged, the
 next starts from the best after a few random moves (iterated local search; see
@@ -25,6 +25,7 @@ docs/search.md).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -179,7 +180,7 @@ class Arm:
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
                  p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
                  type_blocks: bool = True, split_turns: int = 6,
-                 kick_moves: int = 3):
+                 kick_moves: int = 3, split_triples: bool = True):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -196,6 +197,9 @@ class Arm:
         #: at most this many turns of a pair split: each task of the pair in turn takes its
         #: best layout on its window given the other's, until one keeps its layout (at least 2)
         self.split_turns = split_turns
+        #: whether a pass also splits independent triples of a group's tasks over three
+        #: windows (PPO's reward, reference and critic inference), after the pairs
+        self.split_triples = split_triples
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -406,9 +410,10 @@ class Arm:
             self.population[worst] = (f, child)
 
     # --- polish (our addition): coordinate descent on levels 4-5 of the best individual ---
-    def _independent_pairs(self) -> list[tuple[str, str]]:
-        """Pairs of tasks of one group neither of which depends (transitively) on the other:
-        they can run side by side on disjoint halves of the group."""
+    def _independent_sets(self, k: int) -> list[tuple[str, ...]]:
+        """Sets of ``k`` tasks of one group no two of which depend (transitively) on each other:
+        they can run side by side on disjoint windows of the group. Sets with more training
+        tasks first (the costliest tasks of an RL iteration), then in workflow order."""
         wl = self.model.workload
         before: dict[str, set[str]] = {}
         for info in wl.tasks:  # workflow order: dependencies come first
@@ -418,13 +423,36 @@ class Arm:
             before[info.name] = deps
         out = []
         for grp in self.groups:
-            for i, a in enumerate(grp):
-                for b in grp[i + 1:]:
-                    if a not in before[b] and b not in before[a]:
-                        out.append((a, b))
-        # training pairs first (the costliest tasks of an RL iteration), then workflow order
+            for combo in itertools.combinations(grp, k):
+                if all(a not in before[b] and b not in before[a]
+                       for a, b in itertools.combinations(combo, 2)):
+                    out.append(combo)
         training = {t.name for t in wl.tasks if t.kind == "training"}
-        return sorted(out, key=lambda ab: -((ab[0] in training) + (ab[1] in training)))
+        return sorted(out, key=lambda ts: -sum(t in training for t in ts))
+
+    def _independent_pairs(self) -> list[tuple[str, str]]:
+        return self._independent_sets(2)  # type: ignore[return-value]
+
+    def _splits(self) -> list[tuple[str, ...]]:
+        """The task sets a polish pass splits: every independent pair, then (``split_triples``)
+        every independent triple its group can split over three aligned windows. A triple with
+        at least as many split shapes as the pairs inside it together replaces them (its split
+        and sweep then cover what they would find at less cost; measured on paper64, kept on
+        hetero24: docs/search.md, "Triple splits")."""
+        pairs = self._independent_sets(2)
+        if not self.split_triples:
+            return pairs
+        out, triples = list(pairs), []
+        for t in self._independent_sets(3):
+            n = self.group_size[t[0]]
+            shapes = sum(1 for _ in self._split_shapes(t, n))
+            if not shapes:
+                continue
+            triples.append(t)
+            inner = [p for p in pairs if set(p) <= set(t)]
+            if shapes >= sum(1 for p in inner for _ in self._split_shapes(p, n)):
+                out = [p for p in out if p not in inner]
+        return out + triples
 
     def type_blocked(self, g: Genotype) -> Genotype:
         """``g`` with each group's GPUs reordered into blocks of one GPU type (types, and nodes
@@ -454,55 +482,87 @@ class Arm:
             out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
         return out
 
-    def _split_pair(self, ev: Evaluator, a: str, b: str, n: int, base: Genotype, trial
-                    ) -> Iterator[None]:
-        """Tasks ``a`` and ``b`` side by side on complementary windows of their group (sizes m
-        and n - m, m a multiple of the node size or n / 2, at every aligned offset, either task
-        first): the first takes its best layout on its window with the second on a first
-        guess (:meth:`_first_guess`) on the other, then the second likewise, in turns until a
-        task keeps its layout (at most ``split_turns``). From the two best splits, one pass
-        over the other tasks' (layout, offset) options: a group's tasks are coupled through
-        memory (a task that needs less leaves more KV cache to generation), so single-task
-        moves alone miss such plans."""
+    def _split_shapes(self, tasks: tuple[str, ...], n: int
+                      ) -> Iterator[tuple[tuple[str, ...], tuple[int, ...], list[list[Layout]]]]:
+        """The ways :meth:`_split` puts ``tasks`` on consecutive windows of a group of ``n``
+        GPUs: (order along the group, window sizes, each task's layouts on its window). Window
+        sizes are aligned (a multiple of the node size, or n / 2) and sum to ``n``. A pair comes
+        in both orders; for three tasks the first stays first (the offsets rotate the rest)."""
         exact = self.sub_by_used
         sizes = sorted({m for m in range(1, n) if self.aligned(m, n)})
-        scored: list[tuple[float, int, bool, int, Genotype]] = []
-        for first, second in ((a, b), (b, a)):
-            for m in sizes:
-                la, lb = exact[first].get(m), exact[second].get(n - m)
-                if not la or not lb:
+        k = len(tasks)
+        orders = (list(itertools.permutations(tasks)) if k == 2
+                  else [(tasks[0],) + rest for rest in itertools.permutations(tasks[1:])])
+        for order in orders:
+            for head in itertools.product(sizes, repeat=k - 1):
+                ms = head + (n - sum(head),)
+                if ms[-1] not in sizes:
                     continue
-                for off in offsets(m, n):
-                    g = base.with_offset(first, off).with_offset(second, (off + m) % n)
-                    g = g.with_layout(second, self._first_guess(second, lb, g, (off + m) % n))
-                    # the two tasks take turns, each its best layout given the other's,
-                    # until a task keeps its layout (a fixed point) or the turns run out
-                    for turn in range(max(2, self.split_turns)):
-                        t, opts = (first, la) if turn % 2 == 0 else (second, lb)
-                        before = g.layout(t)
-                        best_t = None
-                        for x in opts:
-                            h = g.with_layout(t, x)
-                            f = self.fitness(ev, h)
-                            trial(h, f)
-                            yield
-                            # ties (common: the task is off the critical path) go to the
-                            # layout that needs the least memory, leaving room to the others
-                            k = _rank(f, self._need(t, x))
-                            if best_t is None or k < best_t[0]:
-                                best_t = (k, f, h)
-                        g = best_t[2]
-                        if turn >= 2 and g.layout(t) == before:
-                            break
-                    scored.append((best_t[1], m, first == a, len(scored), g))
+                opts = [exact[t].get(m) for t, m in zip(order, ms, strict=True)]
+                if all(opts):
+                    yield order, ms, opts
+
+    def _split_offsets(self, sizes: tuple[int, ...], n: int) -> range:
+        """Where the first window of a split starts. A pair: every offset aligned to its size
+        (:func:`offsets`; the pair also comes in the other order). Three tasks: every multiple
+        of the node size (or of gcd(node size, n)), so windows can begin at any node -- e.g. on
+        a 64-GPU group typed 24 + 24 + 16, windows of 16 + 32 + 16 GPUs starting at GPU 40,
+        which no size-aligned offset of any order reaches."""
+        if len(sizes) == 2:
+            return offsets(sizes[0], n)
+        return range(0, n, math.gcd(self.node_size, n))
+
+    def _split(self, ev: Evaluator, tasks: tuple[str, ...], n: int, base: Genotype, trial
+               ) -> Iterator[None]:
+        """Tasks ``tasks`` (two or three) side by side on consecutive windows of their group
+        (:meth:`_split_shapes`; the first window at every offset aligned to its size): each
+        task but the first starts on a first guess (:meth:`_first_guess`), then the tasks take
+        turns, each its best layout on its window given the others', until all but one kept
+        theirs in a row (at most ``split_turns``). From the best splits of each shape, one
+        pass over the other tasks' (layout, offset) options: a group's tasks are coupled
+        through memory (a task that needs less leaves more KV cache to generation), so
+        single-task moves alone miss such plans."""
+        k = len(tasks)
+        scored: list[tuple[float, int, tuple, Genotype]] = []
+        for order, ms, opts in self._split_shapes(tasks, n):
+            for off in self._split_offsets(ms, n):
+                starts = [(off + sum(ms[:i])) % n for i in range(k)]
+                g = base
+                for t, s in zip(order, starts, strict=True):
+                    g = g.with_offset(t, s)
+                for t, s, o in zip(order[1:], starts[1:], opts[1:], strict=True):
+                    g = g.with_layout(t, self._first_guess(t, o, g, s))
+                # the tasks take turns, each its best layout given the others', until a
+                # fixed point (all but one task kept their layouts in a row) or the turns
+                # run out
+                kept = 0
+                for turn in range(max(k, self.split_turns)):
+                    t, o = order[turn % k], opts[turn % k]
+                    before = g.layout(t)
+                    best_t = None
+                    for x in o:
+                        h = g.with_layout(t, x)
+                        f = self.fitness(ev, h)
+                        trial(h, f)
+                        yield
+                        # ties (common: the task is off the critical path) go to the
+                        # layout that needs the least memory, leaving room to the others
+                        rank = _rank(f, self._need(t, x))
+                        if best_t is None or rank < best_t[0]:
+                            best_t = (rank, f, h)
+                    g = best_t[2]
+                    kept = kept + 1 if g.layout(t) == before else 0
+                    if turn >= k and kept >= k - 1:
+                        break
+                scored.append((best_t[1], len(scored), (order, ms), g))
         size = self.group_size
-        others = [t for t, _ in base.layouts if t not in (a, b)]
-        starts, seen = [], set()
-        for f0, m, first_a, _, g in sorted(scored, key=lambda s: (s[0], s[3])):
-            if (m, first_a) not in seen:  # the best split of each shape
-                seen.add((m, first_a))
-                starts.append((f0, g))
-        for f0, g in starts[: self.split_starts]:
+        others = [t for t, _ in base.layouts if t not in tasks]
+        starts_, seen = [], set()
+        for f0, _, shape, g in sorted(scored, key=lambda s: (s[0], s[1])):
+            if shape not in seen:  # the best split of each shape
+                seen.add(shape)
+                starts_.append((f0, g))
+        for f0, g in starts_[: self.split_starts]:
             for t in others * self.split_sweeps:  # greedily, each task keeping its best option
                 cur = (g.layout(t), g.offset(t))
                 here = (_rank(f0, self._need(t, cur[0])), f0, g)
@@ -512,9 +572,9 @@ class Arm:
                         f = self.fitness(ev, h)
                         trial(h, f)
                         yield
-                        k = _rank(f, self._need(t, lay))
-                        if k < here[0]:
-                            here = (k, f, h)
+                        rank = _rank(f, self._need(t, lay))
+                        if rank < here[0]:
+                            here = (rank, f, h)
                 f0, g = here[1], here[2]
 
     def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
@@ -543,19 +603,17 @@ class Arm:
         size = self.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
         total = sum(options.values()) + int(self.type_blocks)
-        exact = self.sub_by_used
-        for a, b in self._independent_pairs():
-            n = size[a]
+        for tasks in self._splits():
+            n, k = size[tasks[0]], len(tasks)
             shapes = 0
-            for first, second in ((a, b), (b, a)):
-                for m in range(1, n):
-                    if self.aligned(m, n) and exact[first].get(m) and exact[second].get(n - m):
-                        shapes += 1
-                        # three turns: the usual fixed point (the first task keeps its
-                        # layout when it picks again)
-                        turns = [len(exact[first][m]), len(exact[second][n - m])] * 2
-                        total += len(offsets(m, n)) * sum(turns[:min(3, self.split_turns)])
-            others = sum(v for t, v in options.items() if t not in (a, b))
+            for _, ms, opts in self._split_shapes(tasks, n):
+                shapes += 1
+                # 2k - 1 turns: the usual fixed point (the others keep their layouts when
+                # they pick again)
+                turns = [len(o) for o in opts] * 2
+                total += len(self._split_offsets(ms, n)) * sum(
+                    turns[:min(2 * k - 1, self.split_turns)])
+            others = sum(v for t, v in options.items() if t not in tasks)
             total += min(shapes, self.split_starts) * self.split_sweeps * others
         return total
 
@@ -650,9 +708,9 @@ class Arm:
                         trial(blocked)
                         yield
                         base = blocked
-                for i, (a, b) in enumerate(self._independent_pairs()):
-                    yield from self._split_pair(ev, a, b, size[a], base if i == 0 else current()[1],
-                                                trial)
+                for i, tasks in enumerate(self._splits()):
+                    yield from self._split(ev, tasks, size[tasks[0]],
+                                           base if i == 0 else current()[1], trial)
             for t in [t for t, _ in current()[1].layouts]:
                 base = current()[1]
                 cur = (base.layout(t), base.offset(t))

@@ -244,7 +244,8 @@ class _SHABase(Scheduler):
                        split_sweeps=int(opts.get("split_sweeps", 1)),
                        type_blocks=bool(opts.get("type_blocks", True)),
                        split_turns=int(opts.get("split_turns", 6)),
-                       kick_moves=int(opts.get("kick_moves", 3)))
+                       kick_moves=int(opts.get("kick_moves", 3)),
+                       split_triples=bool(opts.get("split_triples", True)))
 
         # With a time budget, the warm-up that turns seconds into evaluations runs on the
         # all-co-located grouping's arm (groupings come ordered by their number of groups), which

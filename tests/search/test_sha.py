@@ -648,3 +648,47 @@ def test_in_first_polish_until_the_first_pass_ends(small_workload, small_cluster
     assert arm.polishing and arm.in_first_polish
     arm.polish(ev)  # the rest of the pass
     assert not arm.polishing and not arm.in_first_polish
+
+
+def test_a_pass_splits_three_independent_tasks_over_three_windows():
+    """PPO's reward, reference and critic inference depend on none of each other: a polish
+    pass also splits them over three consecutive windows of their group (sizes aligned to the
+    nodes, summing to the group) and tries every such split; the count the final phase plans
+    passes with includes them."""
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    cluster = cluster_preset("hetero24-two-region")  # three 8-GPU nodes
+    model = CostModel(wl, cluster)
+    tasks = tuple(wl.task_names)
+
+    def arm(**kw):
+        return Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0), **kw)
+
+    trio = ("reward_inference", "reference_inference", "critic_inference")
+    on, off = arm(), arm(split_triples=False)
+    assert on._independent_sets(3) == [trio]
+    assert on._splits() == off._independent_pairs() + [trio]
+    assert off._splits() == off._independent_pairs()
+    # with more ways to split than its pairs together (paper64: 42 against 3 x 14), the triple
+    # replaces the pairs inside it; on three 8-GPU nodes (2 against 3 x 6) it does not
+    big = CostModel(wl, cluster_preset("paper64-multi-country"))
+    wide = Arm((tasks,), (64,), big, DeviceFacts.of(big), np.random.default_rng(0))
+    assert wide._splits() == [("actor_training", "critic_training"), trio]
+    shapes = list(on._split_shapes(trio, 24))
+    assert sorted(order for order, _, _ in shapes) == sorted([
+        trio, ("reward_inference", "critic_inference", "reference_inference")])
+    for _, sizes, options in shapes:
+        assert sizes == (8, 8, 8)
+        assert all(dp * pp * tp == m for m, opts in zip(sizes, options, strict=True)
+                   for dp, pp, tp in opts)
+
+    ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
+    seen = []
+    for _ in on._split(ev, trio, 24, on.seeded_genotype(), lambda g, f: seen.append((f, g))):
+        pass
+    windows = [[set(decode(g, model).placement(t).device_ids) for t in trio] for _, g in seen]
+    apart = [f for (f, _), w in zip(seen, windows, strict=True)
+             if not (w[0] & w[1] or w[0] & w[2] or w[1] & w[2])]
+    # every first-window offset of both orders, each task taking turns at its layouts
+    assert len(apart) >= 2 * 3 * 3
+    counted = on.polish_cost() - off.polish_cost()
+    assert 0.5 * len(seen) <= counted <= 2 * len(seen)
