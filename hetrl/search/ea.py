@@ -194,8 +194,8 @@ class Arm:
         #: whether a polish pass starts from the best genotype with each group's GPUs in blocks
         #: of one type (see :meth:`type_blocked`)
         self.type_blocks = type_blocks
-        #: at most this many turns of a pair split: each task of the pair in turn takes its
-        #: best layout on its window given the other's, until one keeps its layout (at least 2)
+        #: at most this many turns of a split: each task of the pair (triple) in turn takes its
+        #: best layout on its window given the others', until a fixed point (at least 2 (3))
         self.split_turns = split_turns
         #: whether a pass also splits independent triples of a group's tasks over three
         #: windows (PPO's reward, reference and critic inference), after the pairs
@@ -431,6 +431,7 @@ class Arm:
         return sorted(out, key=lambda ts: -sum(t in training for t in ts))
 
     def _independent_pairs(self) -> list[tuple[str, str]]:
+        """Pairs of tasks of one group neither of which depends on the other."""
         return self._independent_sets(2)  # type: ignore[return-value]
 
     def _splits(self) -> list[tuple[str, ...]]:
@@ -515,7 +516,7 @@ class Arm:
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], n: int, base: Genotype, trial
                ) -> Iterator[None]:
         """Tasks ``tasks`` (two or three) side by side on consecutive windows of their group
-        (:meth:`_split_shapes`; the first window at every offset aligned to its size): each
+        (:meth:`_split_shapes`; the first window at every offset of :meth:`_split_offsets`): each
         task but the first starts on a first guess (:meth:`_first_guess`), then the tasks take
         turns, each its best layout on its window given the others', until all but one kept
         theirs in a row (at most ``split_turns``). From the best splits of each shape, one
@@ -526,11 +527,11 @@ class Arm:
         scored: list[tuple[float, int, tuple, Genotype]] = []
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
-                starts = [(off + sum(ms[:i])) % n for i in range(k)]
+                at = [(off + sum(ms[:i])) % n for i in range(k)]  # where each window starts
                 g = base
-                for t, s in zip(order, starts, strict=True):
+                for t, s in zip(order, at, strict=True):
                     g = g.with_offset(t, s)
-                for t, s, o in zip(order[1:], starts[1:], opts[1:], strict=True):
+                for t, s, o in zip(order[1:], at[1:], opts[1:], strict=True):
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
                 # the tasks take turns, each its best layout given the others', until a
                 # fixed point (all but one task kept their layouts in a row) or the turns
@@ -557,12 +558,12 @@ class Arm:
                 scored.append((best_t[1], len(scored), (order, ms), g))
         size = self.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
-        starts_, seen = [], set()
+        starts, seen = [], set()
         for f0, _, shape, g in sorted(scored, key=lambda s: (s[0], s[1])):
             if shape not in seen:  # the best split of each shape
                 seen.add(shape)
-                starts_.append((f0, g))
-        for f0, g in starts_[: self.split_starts]:
+                starts.append((f0, g))
+        for f0, g in starts[: self.split_starts]:
             for t in others * self.split_sweeps:  # greedily, each task keeping its best option
                 cur = (g.layout(t), g.offset(t))
                 here = (_rank(f0, self._need(t, cur[0])), f0, g)
