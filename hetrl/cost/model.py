@@ -193,6 +193,10 @@ class _TaskResult:
 #: Workload- and cluster-level facts of a (workload, cluster, params), shared by the CostModels
 #: built for them (keyed by identity; each entry holds its keys, so an id is never reused).
 _STATIC: dict[tuple[int, int, int], tuple] = {}
+#: A cost model's own memo entries (plans, tasks, groups, placements, decodes, ...) before they
+#: start afresh: ~2.5 KB each measured (paper64 PPO, 60 s search: 1.5 GB resident at ~550,000),
+#: so ~2 GB per process. Unbounded, a 10-minute search held 8.3 GB per process.
+MEMO_ENTRIES = 800_000
 #: Per-device bytes of a layout's tasklets per (kind, stage shapes, dp, tp, per-replica batch
 #: inputs, lengths, params, recompute, micro-batch size, sequences): see CostModel._slot_bytes.
 _SLOTS: dict[Any, np.ndarray] = {}
@@ -634,10 +638,25 @@ class CostModel:
         cached = self._plans.get(plan.placements)
         if cached is not None:
             return cached
+        if self.memo_entries() > MEMO_ENTRIES:
+            self.clear_memos()
         est = self._estimate(plan)
-        if len(self._plans) < 200_000:
-            self._plans[plan.placements] = est
+        self._plans[plan.placements] = est
         return est
+
+    def _own_memos(self) -> tuple[dict, ...]:
+        return (self._plans, self._tasks, self._groups, self._memory, self._tasklevel,
+                self._replica, self._sync, self._makespan)
+
+    def memo_entries(self) -> int:
+        """How many entries this cost model's own memos hold (not the shared, bounded ones)."""
+        return sum(map(len, self._own_memos()))
+
+    def clear_memos(self) -> None:
+        """Empty this cost model's own memos (all at once: some are read on the others' hits).
+        Estimates do not change, only their speed until the memos fill again."""
+        for memo in self._own_memos():
+            memo.clear()
 
     def _estimate(self, plan: Plan) -> Estimate:
         wl = self.workload

@@ -692,3 +692,25 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
     assert len(apart) >= 2 * 3 * 3
     counted = on.polish_cost() - off.polish_cost()
     assert 0.5 * len(seen) <= counted <= 2 * len(seen)
+
+
+def test_cost_model_memos_start_afresh_past_their_bound_with_the_same_search(
+        small_workload, small_cluster, monkeypatch):
+    """Long searches bound the cost model's memory: past ``MEMO_ENTRIES`` its own memos empty
+    (all at once). Estimates are pure, so the search's plan and history do not change."""
+    import hetrl.cost.model as cost_model
+
+    budget = Budget(evaluations=600, seed=0)
+    free = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    sizes = []
+    real = CostModel.clear_memos
+
+    def spy(self):
+        sizes.append(self.memo_entries())
+        real(self)
+    monkeypatch.setattr(cost_model, "MEMO_ENTRIES", 50)
+    monkeypatch.setattr(CostModel, "clear_memos", spy)
+    bounded = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    assert len(sizes) > 5 and all(s > 50 for s in sizes)
+    assert bounded.plan == free.plan
+    assert [h[1:] for h in bounded.history] == [h[1:] for h in free.history]
