@@ -430,10 +430,6 @@ class Arm:
         training = {t.name for t in wl.tasks if t.kind == "training"}
         return sorted(out, key=lambda ts: -sum(t in training for t in ts))
 
-    def _independent_pairs(self) -> list[tuple[str, str]]:
-        """Pairs of tasks of one group neither of which depends on the other."""
-        return self._independent_sets(2)  # type: ignore[return-value]
-
     def _splits(self) -> list[tuple[str, ...]]:
         """The task sets a polish pass splits: every independent pair, then (``split_triples``)
         every independent triple its group can split over three aligned windows. A triple with

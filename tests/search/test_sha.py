@@ -364,8 +364,8 @@ def test_polish_splits_independent_tasks_and_only_improves(small_workload, small
     model = CostModel(small_workload, small_cluster)
     tasks = tuple(small_workload.task_names)
     arm = Arm((tasks,), (8,), model, DeviceFacts.of(model), np.random.default_rng(0))
-    assert ("reward_inference", "reference_inference") in arm._independent_pairs()
-    assert all(("actor_generation", t) not in arm._independent_pairs() for t in tasks)
+    assert ("reward_inference", "reference_inference") in arm._independent_sets(2)
+    assert all(("actor_generation", t) not in arm._independent_sets(2) for t in tasks)
     ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
     arm.run(ev, 8)
     before = min(f for f, _ in arm.population)
@@ -666,8 +666,8 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
     trio = ("reward_inference", "reference_inference", "critic_inference")
     on, off = arm(), arm(split_triples=False)
     assert on._independent_sets(3) == [trio]
-    assert on._splits() == off._independent_pairs() + [trio]
-    assert off._splits() == off._independent_pairs()
+    assert on._splits() == off._independent_sets(2) + [trio]
+    assert off._splits() == off._independent_sets(2)
     # with more ways to split than its pairs together (paper64: 42 against 3 x 14), the triple
     # replaces the pairs inside it; on three 8-GPU nodes (2 against 3 x 6) it does not
     big = CostModel(wl, cluster_preset("paper64-multi-country"))
