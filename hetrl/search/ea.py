@@ -198,7 +198,8 @@ class Arm:
         #: best layout on its window given the others', until a fixed point (at least 2 (3))
         self.split_turns = split_turns
         #: whether a pass also splits independent triples of a group's tasks over three
-        #: windows (PPO's reward, reference and critic inference), after the pairs
+        #: windows (PPO's reward, reference and critic inference), after the pairs or in place
+        #: of the pairs inside them (see :meth:`_splits`)
         self.split_triples = split_triples
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
