@@ -23,11 +23,23 @@ import pytest
 from hetrl.cost.model import CostModel
 from hetrl.plan import validate
 from hetrl.search import Budget, get_scheduler
-from hetrl.search.ilp import SCALE, candidates, device_sets, node_blocks, plan_from, solve
+from hetrl.search.ilp import (
+    SCALE,
+    candidates,
+    device_sets,
+    node_blocks,
+    phased_objective_ms,
+    plan_from,
+    prune_dominated,
+    solve,
+    solve_phased,
+    stages_of,
+)
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.hardware import GPUType
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape
+from hetrl.spec.presets import workload_preset
 from hetrl.spec.workload import WorkloadSpec
 
 SMALL = ModelShape("small-190m", layers=8, hidden=1024, ffn=4096, heads=8, kv_heads=4,
@@ -209,7 +221,66 @@ def test_ilp_fallback_plan_fits_in_memory(two_regions):
     returns a greedy plan; on GPUs this small, putting every task on every GPU does not fit, so
     the fallback must respect memory too."""
     wl, cl = tiny_workload(), tiny_cluster(two_regions)
-    result = get_scheduler("ilp").search(wl, cl, Budget(evaluations=1, seed=0))
+    result = get_scheduler("ilp", phased=False).search(wl, cl, Budget(evaluations=1, seed=0))
     assert "greedy fallback" in result.extra["ilp_status"]
+    assert result.extra["ilp_method"] == "monolithic"
     assert result.estimate.feasible
     validate(result.plan, wl, cl)
+    # The phased solve (the default for sync GRPO) proves the optimum within 100 ms of
+    # deterministic time (a quarter of it for the phased models).
+    phased = get_scheduler("ilp").search(wl, cl, Budget(evaluations=20, seed=0))
+    assert phased.extra["ilp_method"] == "phased"
+    assert phased.extra["ilp_status"] == "OPTIMAL"
+    assert phased.estimate.feasible
+
+
+@pytest.mark.parametrize("two_regions", [False, True])
+def test_phased_solve_equals_brute_force(two_regions):
+    """One model per sharing pattern of the inference stage: the same optimum as the brute
+    force, and its choice scores that optimum under the stage formula."""
+    wl, cl = tiny_workload(), tiny_cluster(two_regions)
+    model = CostModel(wl, cl)
+    cands = candidates(model)
+    stages = stages_of(wl)
+    assert stages == (("actor_generation",), ("reward_inference", "reference_inference"),
+                      ("actor_training",))
+    out = solve_phased(model, cands, stages, 60, None, 0, 1)
+    best, _ = brute_force(model, cands)
+    assert out["status"] == "OPTIMAL"
+    assert out["patterns"] == 2
+    assert round(out["objective_s"] * SCALE) == best == round(out["bound_s"] * SCALE)
+    assert phased_objective_ms(model, out["chosen"], stages) == best
+    validate(plan_from(wl, out["chosen"]), wl, cl)
+
+
+def tiny_ppo() -> WorkloadSpec:
+    lengths = LengthDist(mean=256, max=512, min=16, std=64)
+    return WorkloadSpec("tiny-ppo", "ppo", "sync",
+                        tuple((r, SMALL) for r in ("actor", "critic", "reference", "reward")),
+                        batch_prompts=64, responses_per_prompt=2, prompt_length=lengths,
+                        response_length=lengths)
+
+
+def test_phased_solve_equals_the_monolithic_model_on_ppo():
+    """PPO: three inference tasks (8 sharing patterns) and two training tasks (2), so 16
+    models; both exact solves agree on the optimum."""
+    wl, cl = tiny_ppo(), tiny_cluster(True)
+    model = CostModel(wl, cl)
+    cands = prune_dominated(candidates(model))
+    stages = stages_of(wl)
+    assert [len(s) for s in stages] == [1, 3, 2]
+    whole = solve(model, cands, 120, None, 0, 1)
+    phased = solve_phased(model, cands, stages, 120, None, 0, 1)
+    assert whole["status"] == phased["status"] == "OPTIMAL"
+    assert phased["patterns"] == 16
+    assert phased["objective_s"] == pytest.approx(whole["objective_s"], abs=1e-9)
+    assert phased_objective_ms(model, phased["chosen"], stages) == round(
+        phased["objective_s"] * SCALE)
+
+
+def test_stages_of_needs_barriers_and_sync_mode():
+    assert stages_of(workload_preset("qwen3-8b-ppo-sync")) == (
+        ("actor_generation",),
+        ("reward_inference", "reference_inference", "critic_inference"),
+        ("actor_training", "critic_training"))
+    assert stages_of(workload_preset("qwen3-8b-ppo-async")) is None
