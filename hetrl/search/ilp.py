@@ -498,7 +498,7 @@ def _prune_for_pattern(cands_ms: dict[str, list[int]], stages, cliques, limit: i
 
 
 def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, pairs, shared,
-                   cliques, cutoff: int | None, hint: dict[str, Candidate] | None = None):
+                   cliques, cutoff: int | None):
     """The model of one sharing pattern: tasks of a stage that the pattern keeps apart use
     disjoint devices, and each stage lasts at least every clique's total duration (actor
     training: plus the weight sync). No intervals: with barriers between stages and three or
@@ -540,10 +540,6 @@ def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, 
     if cutoff is not None:
         m.Add(objective <= cutoff)
     m.Minimize(objective)
-    if hint is not None:
-        for t, cs in cands.items():
-            for c, v in zip(cs, x[t], strict=True):
-                m.AddHint(v, c is hint.get(t))
     return m, x
 
 
@@ -630,9 +626,9 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
             if (t_cap is not None and time.perf_counter() - began >= t_cap) or (
                     d_cap is not None and spent_d >= d_cap):
                 return
+            # no hint: the incumbent breaks the cut (objective <= T < U) by construction
             sub = {t: [cands[t][i] for i in keep[t]] for t in cands}
-            guess = best if best is not None and all(best[t] in sub[t] for t in sub) else None
-            m, x = _pattern_model(model, sub, stages, pairs, p, cliques[p], target, guess)
+            m, x = _pattern_model(model, sub, stages, pairs, p, cliques[p], target)
             solver = cp_model.CpSolver()
             solver.parameters.random_seed = seed
             solver.parameters.num_workers = workers
