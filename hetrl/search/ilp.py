@@ -383,8 +383,7 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
         for t, cs in cands.items():
             p = hint.placement(t)
             for c, v in zip(cs, x[t], strict=True):
-                m.AddHint(v, c.devices == tuple(sorted(p.device_ids)) and (
-                    c.placement.dp, c.placement.pp, c.placement.tp) == (p.dp, p.pp, p.tp))
+                m.AddHint(v, _matches(c, p))
     # Solve.
     solver = cp_model.CpSolver()
     solver.parameters.random_seed = seed
@@ -543,13 +542,18 @@ def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, 
     return m, x
 
 
+def _matches(c: Candidate, p: TaskPlacement) -> bool:
+    """Whether candidate ``c`` has placement ``p``'s devices and (dp, pp, tp)."""
+    return c.devices == tuple(sorted(p.device_ids)) and (
+        c.placement.dp, c.placement.pp, c.placement.tp) == (p.dp, p.pp, p.tp)
+
+
 def _candidate_of(cands: dict[str, list[Candidate]], plan: Plan) -> dict[str, Candidate] | None:
     """Each task's candidate with the plan's devices and layout, if all have one."""
     out = {}
     for t, cs in cands.items():
         p = plan.placement(t)
-        match = [c for c in cs if c.devices == tuple(sorted(p.device_ids))
-                 and (c.placement.dp, c.placement.pp, c.placement.tp) == (p.dp, p.pp, p.tp)]
+        match = [c for c in cs if _matches(c, p)]
         if not match:
             return None
         out[t] = match[0]
