@@ -201,12 +201,12 @@ def _users(cands: dict[str, list[Candidate]], n_dev: int) -> dict[str, list[list
     return out
 
 
-def _use_vars(m, cands: dict[str, list[Candidate]], x: dict[str, list], n_dev: int
+def _use_vars(m, x: dict[str, list], users: dict[str, list[list[int]]]
               ) -> dict[tuple[str, int], Any]:
-    """Per (task, device) a boolean: the task's chosen candidate uses the device (absent where
-    no candidate of the task does)."""
+    """Per (task, device) a boolean for the tasks in ``users`` (see :func:`_users`): the
+    task's chosen candidate uses the device (absent where no candidate of the task does)."""
     uses = {}
-    for t, per_device in _users(cands, n_dev).items():
+    for t, per_device in users.items():
         for d, idx in enumerate(per_device):
             if idx:
                 u = m.NewBoolVar(f"u[{t},{d}]")
@@ -216,11 +216,10 @@ def _use_vars(m, cands: dict[str, list[Candidate]], x: dict[str, list], n_dev: i
 
 
 def _memory_constraints(m, cands: dict[str, list[Candidate]], x: dict[str, list],
-                        usable: np.ndarray) -> None:
+                        usable: np.ndarray, users: dict[str, list[list[int]]]) -> None:
     """On every device the chosen candidates' needs (whole MB) fit its usable memory."""
     from ortools.sat.python import cp_model
 
-    users = _users(cands, len(usable))
     mb = {t: (np.array([c.need for c in cs]).reshape(len(cs), len(usable)) // 1e6).astype(int)
           for t, cs in cands.items()}
     for d in range(len(usable)):
@@ -315,7 +314,8 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
         start[t] = m.NewIntVar(0, horizon, f"start[{t}]")
         end[t] = m.NewIntVar(0, horizon, f"end[{t}]")
         m.Add(end[t] == start[t] + dur[t])
-    uses = _use_vars(m, cands, x, n_dev)
+    users = _users(cands, n_dev)  # built once: 74k candidates on hetero24 PPO
+    uses = _use_vars(m, x, users)
     per_device: dict[int, list] = {d: [] for d in range(n_dev)}
     for (t, d), u in uses.items():
         per_device[d].append(m.NewOptionalIntervalVar(start[t], dur[t], end[t], u, f"iv[{t},{d}]"))
@@ -323,7 +323,7 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
     for d in range(n_dev):
         if len(per_device[d]) > 1:
             m.AddNoOverlap(per_device[d])
-    _memory_constraints(m, cands, x, usable)
+    _memory_constraints(m, cands, x, usable, users)
     for info in wl.tasks:
         for dep in info.depends_on:
             m.Add(start[info.name] >= end[dep])
@@ -344,7 +344,6 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
     ms = {t: [int(round(c.seconds * SCALE)) for c in cs] for t, cs in cands.items()}
     kinds = {info.name: info.stage for info in wl.tasks}
     inference = [t for t in cands if kinds[t] == 1]
-    users = _users(cands, n_dev)
     for d in range(n_dev):
         load = {t: [ms[t][i] * x[t][i] for i in users[t][d]] for t in cands}
         after = [term for t in cands if kinds[t] > 0 for term in load[t]]
@@ -517,9 +516,10 @@ def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, 
         m.AddExactlyOne(x[t])
         dur[t] = m.NewIntVar(min(ms[t]), max(ms[t]), f"dur[{t}]")
         m.Add(dur[t] == sum(k * v for k, v in zip(ms[t], x[t], strict=True)))
-    _memory_constraints(m, cands, x, usable)
+    users = _users(cands, n_dev)
+    _memory_constraints(m, cands, x, usable, users)
     apart = {t for (_, a, b), on in zip(pairs, shared, strict=True) if not on for t in (a, b)}
-    uses = _use_vars(m, {t: cs for t, cs in cands.items() if t in apart}, x, n_dev)
+    uses = _use_vars(m, x, {t: u for t, u in users.items() if t in apart})
     for (_, a, b), on in zip(pairs, shared, strict=True):
         if not on:
             for d in range(n_dev):
