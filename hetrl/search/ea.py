@@ -180,7 +180,7 @@ class Arm:
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
                  p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
                  type_blocks: bool = True, split_turns: int = 6,
-                 kick_moves: int = 3, split_triples: bool = True):
+                 kick_moves: int = 3, split_triples: bool = True, split_halving: bool = True):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -201,6 +201,9 @@ class Arm:
         #: windows (PPO's reward, reference and critic inference), after the pairs or in place
         #: of the pairs inside them (see :meth:`_splits`)
         self.split_triples = split_triples
+        #: whether only the better half of a split's (shape, offset) candidates still turning
+        #: goes on after each turn (see :meth:`_split`)
+        self.split_halving = split_halving
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -516,12 +519,16 @@ class Arm:
         (:meth:`_split_shapes`; the first window at every offset of :meth:`_split_offsets`): each
         task but the first starts on a first guess (:meth:`_first_guess`), then the tasks take
         turns, each its best layout on its window given the others', until all but one kept
-        theirs in a row (at most ``split_turns``). From the best splits of each shape, one
+        theirs in a row (at most ``split_turns``). The turns go breadth first over all the
+        splits and, with ``split_halving``, after each turn only the better half of the splits
+        still turning goes on (successive halving, the turns being the resource: a split whose
+        first turns are poor rarely ends best). From the best splits of each shape, one
         pass over the other tasks' (layout, offset) options: a group's tasks are coupled
         through memory (a task that needs less leaves more KV cache to generation), so
         single-task moves alone miss such plans."""
         k = len(tasks)
-        scored: list[tuple[float, int, tuple, Genotype]] = []
+        # one split per (shape, offset): [order, options, genotype, fitness, kept in a row]
+        splits: list[list] = []
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
                 at = [(off + sum(ms[:i])) % n for i in range(k)]  # where each window starts
@@ -530,29 +537,36 @@ class Arm:
                     g = g.with_offset(t, s)
                 for t, s, o in zip(order[1:], at[1:], opts[1:], strict=True):
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
-                # the tasks take turns, each its best layout given the others', until a
-                # fixed point (all but one task kept their layouts in a row) or the turns
-                # run out
-                kept = 0
-                for turn in range(max(k, self.split_turns)):
-                    t, o = order[turn % k], opts[turn % k]
-                    before = g.layout(t)
-                    best_t = None
-                    for x in o:
-                        h = g.with_layout(t, x)
-                        f = self.fitness(ev, h)
-                        trial(h, f)
-                        yield
-                        # ties (common: the task is off the critical path) go to the
-                        # layout that needs the least memory, leaving room to the others
-                        rank = _rank(f, self._need(t, x))
-                        if best_t is None or rank < best_t[0]:
-                            best_t = (rank, f, h)
-                    g = best_t[2]
-                    kept = kept + 1 if g.layout(t) == before else 0
-                    if turn >= k and kept >= k - 1:
-                        break
-                scored.append((best_t[1], len(scored), (order, ms), g))
+                splits.append([(order, ms), opts, g, math.inf, 0])
+        turning = list(range(len(splits)))
+        for turn in range(max(k, self.split_turns)):
+            for i in turning:
+                shape, opts, g, _, kept = splits[i]
+                t, o = shape[0][turn % k], opts[turn % k]
+                before = g.layout(t)
+                best_t = None
+                for x in o:
+                    h = g.with_layout(t, x)
+                    f = self.fitness(ev, h)
+                    trial(h, f)
+                    yield
+                    # ties (common: the task is off the critical path) go to the layout that
+                    # needs the least memory, leaving room to the others
+                    rank = _rank(f, self._need(t, x))
+                    if best_t is None or rank < best_t[0]:
+                        best_t = (rank, f, h)
+                g = best_t[2]
+                kept = kept + 1 if g.layout(t) == before else 0
+                splits[i][2:] = [g, best_t[1], kept]
+            # a split stops turning at a fixed point (all but one task kept their layouts in
+            # a row)
+            turning = [i for i in turning if not (turn >= k and splits[i][4] >= k - 1)]
+            if self.split_halving and len(turning) > 1:
+                turning = sorted(turning, key=lambda i: (splits[i][3], i))[
+                    : (len(turning) + 1) // 2]
+            if not turning:
+                break
+        scored = [(f, i, shape, g) for i, (shape, _, g, f, _) in enumerate(splits)]
         size = self.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
@@ -600,20 +614,27 @@ class Arm:
     def _count_polish(self) -> int:
         size = self.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
-        total = sum(options.values()) + int(self.type_blocks)
-        for tasks in self._splits():
-            n, k = size[tasks[0]], len(tasks)
-            shapes = 0
-            for _, ms, opts in self._split_shapes(tasks, n):
-                shapes += 1
-                # 2k - 1 turns: the usual fixed point (the others keep their layouts when
-                # they pick again)
-                turns = [len(o) for o in opts] * 2
-                total += len(self._split_offsets(ms, n)) * sum(
-                    turns[:min(2 * k - 1, self.split_turns)])
-            others = sum(v for t, v in options.items() if t not in tasks)
-            total += min(shapes, self.split_starts) * self.split_sweeps * others
-        return total
+        return (sum(options.values()) + int(self.type_blocks)
+                + sum(self.split_cost(tasks) for tasks in self._splits()))
+
+    def split_cost(self, tasks: tuple[str, ...]) -> int:
+        """About how many evaluations :meth:`_split` of ``tasks`` takes (counted): the turns
+        over all the splits, then the sweeps."""
+        size = self.group_size
+        n, k = size[tasks[0]], len(tasks)
+        shapes = 0
+        # evaluations of each turn over all the splits; 2k - 1 turns: the usual fixed point
+        # (the others keep their layouts when they pick again)
+        turns = [0] * min(2 * k - 1, self.split_turns)
+        for _, ms, opts in self._split_shapes(tasks, n):
+            shapes += 1
+            at = len(self._split_offsets(ms, n))
+            for r in range(len(turns)):
+                turns[r] += at * len(opts[r % k])
+        # with halving, half the splits go on after each turn
+        total = sum(c // 2 ** r if self.split_halving else c for r, c in enumerate(turns))
+        others = sum(len(self._options(t, size[t])) for t in size if t not in tasks)
+        return total + min(shapes, self.split_starts) * self.split_sweeps * others
 
     def polish_pending(self) -> bool:
         """Whether :meth:`polish` has work: a pass in progress, an arm's best other than the

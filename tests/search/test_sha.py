@@ -4,6 +4,7 @@ Baldwinian evolution, and the load balancer."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -714,3 +715,40 @@ def test_cost_model_memos_start_afresh_past_their_bound_with_the_same_search(
     assert len(sizes) > 5 and all(s > 50 for s in sizes)
     assert bounded.plan == free.plan
     assert [h[1:] for h in bounded.history] == [h[1:] for h in free.history]
+
+
+def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
+    """``split_halving``: every (shape, offset) split of a pair gets its first turn, then only
+    the better half of the splits still turning goes on after each turn; the pass costs fewer
+    evaluations than turning every split to its fixed point, and the count the final phase plans
+    with follows the measured one."""
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    cluster = cluster_preset("hetero24-two-region")
+    model = CostModel(wl, cluster)
+    tasks = tuple(wl.task_names)
+    pair = ("actor_training", "critic_training")
+    ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
+
+    def run(halving: bool):
+        arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
+                  split_halving=halving)
+        seen = []
+        for _ in arm._split(ev, pair, 24, arm.seeded_genotype(),
+                            lambda g, f: seen.append((f, g))):
+            pass
+        # the pair's windows: (offset, GPUs used) of each task
+        windows = {tuple((g.offset(t), math.prod(g.layout(t))) for t in pair) for _, g in seen}
+        return arm, seen, windows
+
+    full_arm, full, full_windows = run(False)
+    half_arm, half, half_windows = run(True)
+    assert len(half) < len(full)
+    assert half_windows == full_windows  # every split had its first turn
+    expected = set()
+    for order, ms, _ in half_arm._split_shapes(pair, 24):
+        for off in half_arm._split_offsets(ms, 24):
+            at = {t: ((off + sum(ms[:i])) % 24, ms[i]) for i, t in enumerate(order)}
+            expected.add(tuple(at[t] for t in pair))
+    assert full_windows == expected
+    for arm, seen in ((full_arm, full), (half_arm, half)):
+        assert 0.5 * len(seen) <= arm.split_cost(pair) <= 2 * len(seen)
