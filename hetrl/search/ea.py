@@ -439,7 +439,7 @@ class Arm:
         every independent triple its group can split over three aligned windows. A triple with
         at least as many split shapes as the pairs inside it together replaces them (its split
         and sweep then cover what they would find at less cost; measured on paper64, kept on
-        hetero24: docs/search.md, "Triple splits")."""
+        hetero24: docs/search-history.md, "Triple splits")."""
         pairs = self._independent_sets(2)
         if not self.split_triples:
             return pairs

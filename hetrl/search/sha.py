@@ -264,8 +264,8 @@ class _SHABase(Scheduler):
             level1.append(_Level1(grouping, arms, self.halve))
         alive = list(level1)
         spent0 = ev.evaluations
-        # the final phase's share (docs/search.md: 0.5 measured better than 0.3 on paper64 at
-        # 60 s, the polish's kicked passes being where its best plans come from)
+        # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
+        # paper64 at 60 s, the polish's kicked passes being where its best plans come from)
         exploit = float(opts.get("exploit_fraction", 0.5))
         budget = (total - spent0) * (1 - exploit)
         if self.halve:
@@ -352,7 +352,7 @@ class _SHABase(Scheduler):
                     # the co-located arm is a finalist because its EA's loss understates it
                     # until the polish has split its tasks: it stays while its first pass runs
                     # (measured: paper64, 60 s, seed 0: dropped after one call, at 169.4 s, the
-                    # search ended at 123.9 s on a two-group arm; see docs/search.md)
+                    # search ended at 123.9 s on a two-group arm; see docs/search-history.md)
                     finalists = ranked[: len(ranked) // 2] + [
                         a for a in ranked[len(ranked) // 2:]
                         if polish and len(a.groups) == 1 and a.in_first_polish]
