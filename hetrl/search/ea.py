@@ -527,7 +527,8 @@ class Arm:
         through memory (a task that needs less leaves more KV cache to generation), so
         single-task moves alone miss such plans."""
         k = len(tasks)
-        # one split per (shape, offset): [order, options, genotype, fitness, kept in a row]
+        # one split per (shape, offset): [(order, window sizes), each task's layouts, genotype,
+        # its fitness, how many turns in a row left their task's layout unchanged]
         splits: list[list] = []
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
