@@ -157,6 +157,17 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
     return tuple(order_l)
 
 
+@dataclass
+class _SplitRun:
+    """One split of :meth:`Arm._split` while its tasks take turns (working state)."""
+
+    shape: tuple[tuple[str, ...], tuple[int, ...]]  #: (task order, window sizes)
+    options: list[list[Layout]]  #: each task's layouts on its window, in ``shape``'s order
+    genotype: Genotype
+    fitness: float = math.inf  #: of ``genotype``, once a turn has run (seconds)
+    kept: int = 0  #: turns in a row whose task kept its layout
+
+
 def offsets(used: int, n: int) -> range:
     """Offsets of a task using ``used`` of its group's ``n`` GPUs: multiples of gcd(used, n),
     so windows stay aligned to the blocks the group divides into (wrapping round)."""
@@ -527,9 +538,7 @@ class Arm:
         through memory (a task that needs less leaves more KV cache to generation), so
         single-task moves alone miss such plans."""
         k = len(tasks)
-        # one split per (shape, offset): [(order, window sizes), each task's layouts, genotype,
-        # its fitness, how many turns in a row left their task's layout unchanged]
-        splits: list[list] = []
+        splits: list[_SplitRun] = []  # one per (shape, offset)
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
                 at = [(off + sum(ms[:i])) % n for i in range(k)]  # where each window starts
@@ -538,12 +547,12 @@ class Arm:
                     g = g.with_offset(t, s)
                 for t, s, o in zip(order[1:], at[1:], opts[1:], strict=True):
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
-                splits.append([(order, ms), opts, g, math.inf, 0])
+                splits.append(_SplitRun((order, ms), opts, g))
         turning = list(range(len(splits)))
         for turn in range(max(k, self.split_turns)):
             for i in turning:
-                shape, opts, g, _, kept = splits[i]
-                t, o = shape[0][turn % k], opts[turn % k]
+                run = splits[i]
+                t, o, g = run.shape[0][turn % k], run.options[turn % k], run.genotype
                 before = g.layout(t)
                 best_t = None
                 for x in o:
@@ -556,18 +565,17 @@ class Arm:
                     rank = _rank(f, self._need(t, x))
                     if best_t is None or rank < best_t[0]:
                         best_t = (rank, f, h)
-                g = best_t[2]
-                kept = kept + 1 if g.layout(t) == before else 0
-                splits[i][2:] = [g, best_t[1], kept]
+                run.fitness, run.genotype = best_t[1], best_t[2]
+                run.kept = run.kept + 1 if run.genotype.layout(t) == before else 0
             # a split stops turning at a fixed point (all but one task kept their layouts in
             # a row)
-            turning = [i for i in turning if not (turn >= k and splits[i][4] >= k - 1)]
+            turning = [i for i in turning if not (turn >= k and splits[i].kept >= k - 1)]
             if self.split_halving and len(turning) > 1:
-                turning = sorted(turning, key=lambda i: (splits[i][3], i))[
+                turning = sorted(turning, key=lambda i: (splits[i].fitness, i))[
                     : (len(turning) + 1) // 2]
             if not turning:
                 break
-        scored = [(f, i, shape, g) for i, (shape, _, g, f, _) in enumerate(splits)]
+        scored = [(r.fitness, i, r.shape, r.genotype) for i, r in enumerate(splits)]
         size = self.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
