@@ -575,14 +575,14 @@ class Arm:
                     : (len(turning) + 1) // 2]
             if not turning:
                 break
-        scored = [(r.fitness, i, r.shape, r.genotype) for i, r in enumerate(splits)]
         size = self.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
-        for f0, _, shape, g in sorted(scored, key=lambda s: (s[0], s[1])):
-            if shape not in seen:  # the best split of each shape
-                seen.add(shape)
-                starts.append((f0, g))
+        # a stable sort: ties keep the order the splits were made in
+        for run in sorted(splits, key=lambda r: r.fitness):
+            if run.shape not in seen:  # the best split of each shape
+                seen.add(run.shape)
+                starts.append((run.fitness, run.genotype))
         for f0, g in starts[: self.split_starts]:
             for t in others * self.split_sweeps:  # greedily, each task keeping its best option
                 cur = (g.layout(t), g.offset(t))
