@@ -182,15 +182,17 @@ class Scheduler(ABC):
         self.options = options
 
     def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
+        from hetrl.search.collector import cycle_collector_paused
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         ev = Evaluator(workload, cluster, budget, self.params)
         extra: dict[str, Any] = {}
-        try:
-            extra = self.run(ev) or {}
-        except BudgetExhausted:
-            pass
+        with cycle_collector_paused():  # a search's memos make full collections costly
+            try:
+                extra = self.run(ev) or {}
+            except BudgetExhausted:
+                pass
         return ev.result(self.name, extra)
 
     @abstractmethod

@@ -23,6 +23,7 @@ local search swaps only inside one group.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from typing import Any
@@ -120,6 +121,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(workload, cluster, params) -> None:
+    # A worker process only searches: no cyclic collections for its life (see
+    # hetrl/search/collector.py)
+    gc.disable()
     _WORKER["model"] = CostModel(workload, cluster, params)
 
 
