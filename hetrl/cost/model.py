@@ -620,11 +620,11 @@ class CostModel:
         key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage)
         out = self._sync.get(key)
         if out is None:
-            extra = (gen.layers_per_stage, train.layers_per_stage, self.shapes(gen.task, gen),
-                     self.params, self.workload.mode == "sync")
+            shapes, shared = self.shapes(gen.task, gen), self.workload.mode == "sync"
+            extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared)
             out = self.cluster.topology.memoised(
                 "weight_sync", (gen.devices, train.devices, extra),
-                lambda: _weight_sync_of_grids(self.cluster, gen.devices, train.devices, *extra))
+                lambda: weight_sync_time(gen, shapes, train, self.cluster, self.params, shared))
             self._sync[key] = out
         return out
 
@@ -757,19 +757,6 @@ class CostModel:
         self._group_mem[key] = (mems, out)
         return out
 
-
-
-def _weight_sync_of_grids(cluster: ClusterSpec, gen_grid: Grid, train_grid: Grid,
-                          gen_layers: tuple[int, ...], train_layers: tuple[int, ...],
-                          gen_shapes: tuple[StageShape, ...], params: CostParams,
-                          shared_in_place: bool) -> float:
-    """:func:`weight_sync_time` of two device grids (seconds; the data shares play no part)."""
-    def placement(task: str, grid: Grid, layers: tuple[int, ...]) -> TaskPlacement:
-        return TaskPlacement(task, len(grid), len(grid[0]), len(grid[0][0]), grid, layers,
-                             (1.0,) * len(grid))
-    return weight_sync_time(placement("actor_generation", gen_grid, gen_layers), gen_shapes,
-                            placement("actor_training", train_grid, train_layers), cluster,
-                            params, shared_in_place=shared_in_place)
 
 
 def _dp_and_optimizer(cluster: ClusterSpec, grid: Grid, shapes: tuple[StageShape, ...],
