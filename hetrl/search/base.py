@@ -182,13 +182,13 @@ class Scheduler(ABC):
         self.options = options
 
     def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
-        from hetrl.search.collector import cycle_collector_paused
+        from hetrl.search.collector import full_collections_held
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         ev = Evaluator(workload, cluster, budget, self.params)
         extra: dict[str, Any] = {}
-        with cycle_collector_paused():  # a search's memos make full collections costly
+        with full_collections_held():  # a search's memos make full collections costly
             try:
                 extra = self.run(ev) or {}
             except BudgetExhausted:

@@ -1,4 +1,4 @@
-"""Python's cyclic garbage collector, paused while a search runs.
+"""Python's full garbage collections, held back while a search runs.
 
 A search fills the cost model's memos with millions of long-lived, acyclic objects (placements,
 tuples, arrays) and makes almost no reference cycles: after 25,000 evaluations of HetRL on
@@ -6,9 +6,10 @@ paper64 with the collector off, ``gc.collect()`` found 844 cyclic objects among 
 tracked ones (3.5 million for HetRL (simple)). Reference counting frees everything acyclic
 either way. But each full collection rescans every tracked object, and the collector runs one
 whenever the long-lived objects have grown by a quarter: timed with ``gc.callbacks``, the
-collections took 15% of that search's time (5.7 s of 16 full collections, 1.3 s of young ones,
-in 45.6 s) and 18% of HetRL (simple)'s. Measurements and command: docs/search-history.md,
-"Garbage collection".
+collections took 15% of that search's time (5.7 s in 16 full collections, 1.3 s in young ones,
+of 45.6 s) and 18% of HetRL (simple)'s. Young collections go on (they are cheap and free the
+few cycles a search makes while they are young); only the full ones wait until the search
+ends. Measurements and commands: docs/search-history.md, "Garbage collection".
 """
 
 from __future__ import annotations
@@ -17,15 +18,24 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+#: a threshold for the oldest generation that is never reached (young collections between
+#: two full ones; CPython compares it with a C long)
+NEVER = 2**31 - 1
+
+
+def hold_full_collections() -> None:
+    """From now on, no automatic full collections (young ones go on)."""
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, NEVER)
+
 
 @contextmanager
-def cycle_collector_paused() -> Iterator[None]:
-    """Disable the cyclic collector inside the block and restore its previous state after
-    (nested blocks are fine: the outermost one re-enables it)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+def full_collections_held() -> Iterator[None]:
+    """No automatic full collections inside the block; the thresholds are restored after
+    (nested blocks are fine: each restores what it found)."""
+    before = gc.get_threshold()
+    hold_full_collections()
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        gc.set_threshold(*before)

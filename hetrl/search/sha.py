@@ -23,7 +23,6 @@ local search swaps only inside one group.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from hetrl.cost.model import CostModel
 from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
+from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.space import task_groupings
 
@@ -121,9 +121,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(workload, cluster, params) -> None:
-    # A worker process only searches: no cyclic collections for its life (see
-    # hetrl/search/collector.py)
-    gc.disable()
+    hold_full_collections()  # a worker process only searches (see hetrl/search/collector.py)
     _WORKER["model"] = CostModel(workload, cluster, params)
 
 

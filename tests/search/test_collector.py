@@ -1,4 +1,4 @@
-"""The cyclic garbage collector is paused while a search runs, and restored after."""
+"""Full garbage collections are held back while a search runs, and restored after."""
 
 from __future__ import annotations
 
@@ -9,51 +9,54 @@ import pytest
 from hetrl.plan import colocated_plan
 from hetrl.search import Budget
 from hetrl.search.base import Scheduler
-from hetrl.search.collector import cycle_collector_paused
+from hetrl.search.collector import NEVER, full_collections_held
 
 
 @pytest.fixture
-def collector_on():
-    was = gc.isenabled()
-    gc.enable()
+def thresholds():
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
     yield
-    if not was:
-        gc.disable()
+    gc.set_threshold(*before)
 
 
-def test_paused_inside_and_restored_after(collector_on):
-    with cycle_collector_paused():
-        assert not gc.isenabled()
-        with cycle_collector_paused():  # nested: the inner block must not re-enable it
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    assert gc.isenabled()
+def test_held_inside_and_restored_after(thresholds):
+    with full_collections_held():
+        assert gc.get_threshold() == (700, 10, NEVER)  # young collections go on
+        with full_collections_held():
+            assert gc.get_threshold() == (700, 10, NEVER)
+        assert gc.get_threshold() == (700, 10, NEVER)  # the inner block restores the outer's
+    assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_restored_after_an_exception(collector_on):
-    with pytest.raises(RuntimeError), cycle_collector_paused():
+def test_restored_after_an_exception(thresholds):
+    with pytest.raises(RuntimeError), full_collections_held():
         raise RuntimeError("boom")
-    assert gc.isenabled()
+    assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_left_disabled_if_it_was_disabled(collector_on):
-    gc.disable()
-    with cycle_collector_paused():
+def test_a_young_cycle_is_still_freed(thresholds):
+    class Node:
         pass
-    assert not gc.isenabled()
+
+    with full_collections_held():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        del a, b
+        assert gc.collect(0) >= 2  # explicit collections still run
 
 
 class _Probe(Scheduler):
     name = "probe"
 
     def run(self, ev):
-        self.seen = gc.isenabled()
+        self.seen = gc.get_threshold()
         ev.evaluate(colocated_plan(ev.workload, ev.cluster, tp=4))
         return None
 
 
-def test_search_runs_with_the_collector_paused(collector_on, small_workload, small_cluster):
+def test_search_runs_with_full_collections_held(thresholds, small_workload, small_cluster):
     probe = _Probe()
     probe.search(small_workload, small_cluster, Budget(evaluations=1, seed=0))
-    assert probe.seen is False
-    assert gc.isenabled()
+    assert probe.seen == (700, 10, NEVER)
+    assert gc.get_threshold() == (700, 10, 10)
