@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -144,6 +145,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def console_main() -> int:
+    """The ``hetrl`` console script: :func:`main`, then every object is frozen out of the
+    interpreter's final garbage collection, which would otherwise rescan a search's memos just
+    before the process ends (1.1 s after a 20 s paper64 search; 0.06 s frozen)."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 def _load_command_modules() -> None:
     """Commands defined in other modules register themselves on import."""
     import importlib
@@ -160,6 +170,6 @@ def _load_command_modules() -> None:
 if __name__ == "__main__":
     # Under `python -m hetrl.cli` this module is `__main__`, but command modules register on
     # `hetrl.cli`: run that module's main so that every command is there.
-    from hetrl.cli import main as _main
+    from hetrl.cli import console_main as _console_main
 
-    sys.exit(_main())
+    sys.exit(_console_main())

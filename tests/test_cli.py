@@ -233,7 +233,7 @@ def test_every_registered_subcommand_has_help(capsys):
         assert capsys.readouterr().out.startswith(f"usage: hetrl {name}")
 
 
-def test_console_script():
+def test_console_script(tmp_path):
     script = Path(sys.executable).with_name("hetrl")
     assert script.exists(), f"console script not installed next to {sys.executable}"
     proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60,
@@ -242,6 +242,17 @@ def test_console_script():
     assert proc.stdout.startswith("usage: hetrl")
     for name in CORE_COMMANDS:
         assert name in proc.stdout
+    # a command that returns: console_main freezes the objects and passes its code on
+    proc = subprocess.run([str(script), "schedulers"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "hetrl-simple" in proc.stdout
+    proc = subprocess.run([str(script), "plan", "--workload", "qwen3-8b-ppo-sync", "--cluster",
+                           "a100x8", "--scheduler", "nope", "--budget-evals", "5", "--out",
+                           str(tmp_path / "plan.json")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_python_dash_m_has_every_command(capsys):
