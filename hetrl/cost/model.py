@@ -758,7 +758,6 @@ class CostModel:
         return out
 
 
-
 def _dp_and_optimizer(cluster: ClusterSpec, grid: Grid, shapes: tuple[StageShape, ...],
                       params: CostParams, bytes_per_value: int) -> tuple[float, float]:
     """(DP gradient sync, optimizer step) seconds per optimizer step of a training task on

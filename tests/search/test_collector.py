@@ -35,7 +35,7 @@ def test_restored_after_an_exception(thresholds):
     assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_a_young_cycle_is_still_freed(thresholds):
+def test_explicit_collections_still_free_cycles(thresholds):
     class Node:
         pass
 
@@ -43,7 +43,7 @@ def test_a_young_cycle_is_still_freed(thresholds):
         a, b = Node(), Node()
         a.other, b.other = b, a
         del a, b
-        assert gc.collect(0) >= 2  # explicit collections still run
+        assert gc.collect(0) >= 2
 
 
 class _Probe(Scheduler):
