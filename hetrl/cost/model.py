@@ -565,9 +565,14 @@ class CostModel:
         shapes = self.shapes(p.task, p)
         steps = wl.optimizer_steps if kind == "training" else 1
         worst: ReplicaCost | None = None
-        hw_of, engine_of, samples = self.hw, self._engine, wl.samples
+        hw_of, engine_of, samples, priced = self.hw, self._engine, wl.samples, self._replica
         for share, replica in zip(p.data_shares, p.devices, strict=True):
-            rc = engine_of(kind, shapes, hw_of(replica)).replica(samples * share / steps)
+            # replicas on like hardware with equal shares are priced once (``replica_seconds``
+            # shares the memo: the engine holds the layout and hardware)
+            key = (engine_of(kind, shapes, hw_of(replica)), samples * share / steps)
+            rc = priced.get(key)
+            if rc is None:
+                rc = priced[key] = key[0].replica(key[1])
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
         assert worst is not None
