@@ -84,7 +84,7 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
     key = (devices, extra)
     out = cache.get(key)
     if out is None:
-        sym = _symmetry(cluster)
+        sym = node_symmetry(cluster)
         canon = devices if sym is None else _rename(devices, sym[0], sym[1], {}, {})
         out = cache.get((canon, extra))
         if out is None:
@@ -115,7 +115,7 @@ def _rename(devices: tuple, node_of: list[int], members: list[list[int]], names:
     return tuple(out)
 
 
-def _symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | None:
+def node_symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | None:
     """(node of each device, each node's devices in id order) if every node's devices are
     interchangeable and no two GPU types share a peak FLOP rate (the hardware facts break ties
     between a stage's slowest devices by id), else None. Memoised per cluster."""

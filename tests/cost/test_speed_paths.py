@@ -11,7 +11,7 @@ from hetrl.cost.flops import stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS
-from hetrl.cost.primitives import _group_links, _symmetry, all_reduce_time, group_links
+from hetrl.cost.primitives import _group_links, all_reduce_time, group_links, node_symmetry
 from hetrl.cost.replica import _replica_hw, replica_hw
 from hetrl.cost.sync import _spread
 from hetrl.cost.tasks import _drain, generation_engine
@@ -31,7 +31,7 @@ def _random_replica(rng, n_devices: int) -> tuple[tuple[int, ...], ...]:
 
 
 def test_symmetric_memo_matches_direct(paper64):
-    assert _symmetry(paper64) is not None  # nodes of interchangeable devices
+    assert node_symmetry(paper64) is not None  # nodes of interchangeable devices
     rng = np.random.default_rng(3)
     for _ in range(300):
         replica = _random_replica(rng, paper64.num_devices)

@@ -148,6 +148,47 @@ def test_node_blocks_and_device_sets():
     assert len(set(sets)) == len(sets)
 
 
+@pytest.mark.parametrize("preset", ["hetero8-two-region", "hetero16-two-region"])
+def test_symmetric_device_sets_are_priced_once_and_renamed_exactly(preset, monkeypatch):
+    from hetrl.search import ilp
+    from hetrl.spec.presets import cluster_preset
+
+    cl = cluster_preset(preset)
+    wl = workload_preset("qwen3-4b-grpo-sync")
+    priced = []
+    alone = CostModel.task_alone
+    monkeypatch.setattr(CostModel, "task_alone",
+                        lambda self, p: priced.append(p) or alone(self, p))
+    reused = ilp.candidates(CostModel(wl, cl))
+    n_reused = len(priced)
+    fresh = ilp.candidates(CostModel(wl, cl), reuse_symmetric=False)
+    assert n_reused < len(priced) - n_reused  # fewer pricings
+    for task in fresh:  # the same candidates, in the same order, bit for bit
+        assert len(reused[task]) == len(fresh[task])
+        for a, b in zip(reused[task], fresh[task], strict=True):
+            assert a.devices == b.devices and a.placement == b.placement
+            assert a.seconds == b.seconds and np.array_equal(a.need, b.need)
+
+
+def test_device_sets_are_all_priced_without_node_symmetry(monkeypatch):
+    from hetrl.search import ilp
+
+    cl, wl = tiny_cluster(False), tiny_workload()
+    priced = []
+    alone = CostModel.task_alone
+    monkeypatch.setattr(CostModel, "task_alone",
+                        lambda self, p: priced.append(p) or alone(self, p))
+    ilp.candidates(CostModel(wl, cl))
+    symmetric = len(priced)  # the tiny nodes' GPUs are interchangeable
+    priced.clear()
+    ilp.candidates(CostModel(wl, cl), reuse_symmetric=False)
+    every_set = len(priced)
+    priced.clear()
+    monkeypatch.setattr(ilp, "node_symmetry", lambda cluster: None)
+    ilp.candidates(CostModel(wl, cl))
+    assert symmetric < every_set == len(priced)
+
+
 @pytest.mark.parametrize("two_regions", [False, True])
 def test_ilp_optimum_equals_brute_force(two_regions):
     wl, cl = tiny_workload(), tiny_cluster(two_regions)
