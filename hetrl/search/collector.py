@@ -15,6 +15,7 @@ ends. Measurements and commands: docs/search-history.md, "Garbage collection".
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,13 +30,26 @@ def hold_full_collections() -> None:
     gc.set_threshold(young, middle, NEVER)
 
 
+_lock = threading.Lock()
+_depth = 0  # blocks open now, in any thread
+_saved: tuple[int, ...] = ()  # the thresholds the first of them found
+
+
 @contextmanager
 def full_collections_held() -> Iterator[None]:
-    """No automatic full collections inside the block; the thresholds are restored after
-    (nested blocks are fine: each restores what it found)."""
-    before = gc.get_threshold()
-    hold_full_collections()
+    """No automatic full collections inside the block. The thresholds are process-wide, so
+    blocks are counted: the first to open holds full collections back, the last to close
+    restores what the first found (nested blocks and searches in several threads are fine)."""
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = gc.get_threshold()
+            hold_full_collections()
+        _depth += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                gc.set_threshold(*_saved)

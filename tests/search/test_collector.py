@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 
@@ -25,7 +26,33 @@ def test_held_inside_and_restored_after(thresholds):
         assert gc.get_threshold() == (700, 10, NEVER)  # young collections go on
         with full_collections_held():
             assert gc.get_threshold() == (700, 10, NEVER)
-        assert gc.get_threshold() == (700, 10, NEVER)  # the inner block restores the outer's
+        assert gc.get_threshold() == (700, 10, NEVER)  # the outer block is still open
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_overlapping_blocks_in_threads_restore_once_all_have_closed(thresholds):
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with full_collections_held():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second():
+        first_in.wait(5)
+        with full_collections_held():
+            second_in.set()
+            first_out.wait(5)
+            seen["after the first closed"] = gc.get_threshold()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen["after the first closed"] == (700, 10, NEVER)
     assert gc.get_threshold() == (700, 10, 10)
 
 
