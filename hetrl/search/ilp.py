@@ -10,8 +10,8 @@ interchangeable, so blocks lose nothing but the order); the layout uses the whol
 its seconds and the bytes it needs on each device (resident + working; generation: weights and
 one max-length sequence of KV cache). Where every node's GPUs are interchangeable, device sets
 with blocks of the same sizes in the same nodes are renamings of each other: each such class is
-priced once and its candidates renamed for the others (exact). Dominated candidates (same task and devices, no faster,
-no less memory) are dropped (``prune_dominated``; exact).
+priced once and its candidates renamed for the others (exact). Dominated candidates (same task
+and devices, no faster, no less memory) are dropped (``prune_dominated``; exact).
 
 Variables. A boolean per (task, candidate), exactly one per task; per task a start, end and
 duration (integer milliseconds); per (task, device) an optional interval present when the task
