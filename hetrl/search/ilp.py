@@ -126,7 +126,8 @@ def candidates(model: CostModel, load_balance: bool = True, max_sets: int = 4096
             counts = [0] * len(sym[1])
             for d in devices:
                 counts[sym[0][d]] += 1
-            hit = priced.get(tuple(counts))
+            key = tuple(counts)  # GPUs per node: with one block per node, its size
+            hit = priced.get(key)
             if hit is not None:  # the same block sizes in the same nodes: rename
                 first, cands = hit
                 for c in cands:
@@ -147,7 +148,7 @@ def candidates(model: CostModel, load_balance: bool = True, max_sets: int = 4096
                     continue  # cannot fit even alone
                 mine.append(Candidate(t, devices, p, seconds, need))
         if sym is not None:
-            priced[tuple(counts)] = (devices, mine)
+            priced[key] = (devices, mine)
         for c in mine:
             out[c.task].append(c)
     return out
