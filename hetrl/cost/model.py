@@ -180,6 +180,8 @@ class _GroupResult:
     peak_ids: np.ndarray
     peak_bytes: np.ndarray
     generation: _TaskResult | None
+    #: (task, the devices its placement uses) per placement of the group
+    device_sets: tuple[tuple[str, frozenset[int]], ...]
 
 
 @dataclass(slots=True)
@@ -680,8 +682,7 @@ class CostModel:
                               self._gpus)
         sync_s = self._weight_sync(gen, placements["actor_training"])
         seconds = {t: r.seconds for t, r in results.items()}
-        mems = self._memory
-        devices = {p.task: mems[p].device_set for p in plan.placements}
+        devices = {t: d for g in groups for t, d in g.device_sets}
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
                                    self.params.eta, self._makespan)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
@@ -706,8 +707,17 @@ class CostModel:
         pl = plan.placements
         out = [self._group(tuple([pl[i] for i in idx]), names) for idx, names in structure]
         if len(out) > 1:
-            used = np.concatenate([g.peak_ids for g in out])
-            if np.unique(used).size != used.size:
+            # whether the groups' devices are disjoint, memoised per tuple of group results
+            # (the entry holds them, so their ids stay theirs while it lives)
+            key = ("disjoint", *map(id, out))
+            hit = self._tasklevel.get(key)
+            if hit is not None and all(a is b for a, b in zip(hit[0], out, strict=True)):
+                disjoint = hit[1]
+            else:
+                used = np.concatenate([g.peak_ids for g in out])
+                disjoint = np.unique(used).size == used.size
+                self._tasklevel[key] = (out, disjoint)
+            if not disjoint:
                 out = [self._group(pl, copies)]
         return out
 
@@ -728,7 +738,9 @@ class CostModel:
                 kv_used = np.minimum(np.maximum(kv_budget, 0.0),
                                      generation.concurrency * m.kv_per_seq)
                 peak_bytes = np.maximum(need, mem.resident + kv_used)
-        out = _GroupResult(over, over_bytes, ids, peak_bytes, generation)
+        out = _GroupResult(over, over_bytes, ids, peak_bytes, generation,
+                           tuple([(p.task, m.device_set)
+                                  for p, m in zip(placements, mem.placements, strict=True)]))
         self._groups[key] = out
         return out
 

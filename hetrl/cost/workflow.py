@@ -34,14 +34,7 @@ def stage_makespan(names: Sequence[str], seconds: Mapping[str, float],
         steps = memo.get(key)
         if steps is None:
             steps = memo[key] = _merge_steps(names, devices)
-        sums: list[float] = []
-        for t, merged in zip(times, steps, strict=True):
-            for i in merged:
-                t += sums[i]
-            if merged:
-                sums = [s for i, s in enumerate(sums) if i not in merged]
-            sums.append(t)
-        return max(sums)
+        return _replay(times, steps)
     clusters: list[tuple[set[int], float]] = []
     for name in names:
         devs, t = set(devices[name]), seconds[name]
@@ -52,6 +45,19 @@ def stage_makespan(names: Sequence[str], seconds: Mapping[str, float],
             t += c[1]
         clusters.append((devs, t))
     return max(t for _, t in clusters)
+
+
+def _replay(times: list[float], steps: list[tuple[int, ...]]) -> float:
+    """The makespan of tasks taking ``times`` seconds, merged into clusters by ``steps`` (see
+    :func:`_merge_steps`): the largest sum over the clusters."""
+    sums: list[float] = []
+    for t, merged in zip(times, steps, strict=True):
+        for i in merged:
+            t += sums[i]
+        if merged:
+            sums = [s for i, s in enumerate(sums) if i not in merged]
+        sums.append(t)
+    return max(sums)
 
 
 def _merge_steps(names: Sequence[str], devices: Mapping[str, frozenset[int]]
@@ -77,7 +83,17 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
                    ) -> tuple[float, float]:
     """(iteration seconds, the sync-mode dependency chain seconds) for the given task times
     (``memo``: see :func:`stage_makespan`)."""
-    spans = [stage_makespan(names, seconds, devices, eta, memo) for names in stages]
+    if memo is not None and eta is None:
+        # one memo look-up for all stages: their merge steps per (task names, device sets)
+        names = tuple([n for stage in stages for n in stage])
+        key = (names, tuple([devices[n] for n in names]))
+        steps = memo.get(key)
+        if steps is None:
+            steps = memo[key] = [_merge_steps(stage, devices) for stage in stages]
+        spans = [_replay([seconds[n] for n in stage], s) if stage else 0.0
+                 for stage, s in zip(stages, steps, strict=True)]
+    else:
+        spans = [stage_makespan(names, seconds, devices, eta, memo) for names in stages]
     chain = sum(spans) + sync_s
     if mode == "sync":
         return chain, chain
