@@ -829,20 +829,25 @@ def _dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) 
         uplink = cluster.topology.lists["uplink_Bps"]
         for j, gpu, nodes, g in members_of:
             if g.nodes > 1:
-                share = min(uplink[n] * stage_bytes[j] / load[n] for n in nodes)
-                g = GroupLinks(g.n, g.ring_latency_s, min(g.ring_Bps, share), g.nodes,
-                               g.per_node, g.intra_latency_s, g.intra_Bps, g.inter_latency_s,
-                               min(g.inter_Bps, share / max(g.per_node, 1)))
+                # the group's share of each node's uplink; its ring crosses a node with one
+                # flow, its tree with one per device of the group on the node
+                shares = [(uplink[n] * stage_bytes[j] / load[n], count)
+                          for n, count in nodes.items()]
+                g = GroupLinks(g.n, g.ring_latency_s, min(g.ring_Bps, min(s for s, _ in shares)),
+                               g.nodes, g.per_node, g.intra_latency_s, g.intra_Bps,
+                               g.inter_latency_s, g.inter_Bps,
+                               min(g.cross_Bps, min(s / c for s, c in shares)))
             groups.append((j, gpu, g))
     return stages, groups
 
 
 def _dp_groups(cluster: ClusterSpec, grid: Grid) -> tuple[
-        list[tuple[float, str]], list[tuple[int, str, tuple[int, ...], GroupLinks | None]]]:
+        list[tuple[float, str]], list[tuple[int, str, dict[int, int], GroupLinks | None]]]:
     """The byte-independent facts of :func:`dp_links` (memoised per cluster and grid, so the
     actor's and the critic's training on one grid share them): per stage the smallest HBM
     bandwidth and its first device's GPU type; per DP group (stage j, tp rank k) its stage, GPU
-    type, nodes in order of first appearance, and links (None when dp is 1)."""
+    type, nodes in order of first appearance (node -> the group's devices on it), and links
+    (None when dp is 1)."""
     def compute() -> tuple:
         lists = cluster.topology.lists
         hbm, node_of = lists["hbm_Bps"], lists["node_of"]
@@ -854,7 +859,9 @@ def _dp_groups(cluster: ClusterSpec, grid: Grid) -> tuple[
         for j in range(pp):
             for k in range(tp):
                 members = tuple(rep[j][k] for rep in grid)
-                nodes = tuple(dict.fromkeys(node_of[d] for d in members))
+                nodes: dict[int, int] = {}  # node -> the group's devices on it
+                for d in members:
+                    nodes[node_of[d]] = nodes.get(node_of[d], 0) + 1
                 g = group_links(cluster, members) if len(grid) > 1 else None
                 out.append((j, devices[members[0]].gpu.name, nodes, g))
         return stages, out

@@ -6,7 +6,9 @@ Collectives over an arbitrary device set take the best of three algorithms, as N
 - tree (recursive halving/doubling): 2 log2(n) latency steps, 2x the bytes -- Thakur et al. 2005;
 - hierarchical (when every node holds the same number g of the devices): reduce-scatter inside each
   node, all-reduce of a 1/g slice between the k nodes over g parallel flows, all-gather inside.
-Latency is counted per step, so cross-region latency dominates small messages.
+Latency is counted per step, so cross-region latency dominates small messages. The ring crosses
+each node boundary with one flow; the tree's and the hierarchical scheme's inter-node steps send
+from every device of a node at once, so those flows share the node's uplink (NIC).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class GroupLinks:
     ``ring_latency_s``/``ring_Bps``: slowest latency / narrowest bandwidth on the node-ordered
     ring. ``nodes``/``per_node``: node count and devices per node (0 if uneven); ``intra_*``: the
     slowest in-node ring; ``inter_*``: the slowest ring between node representatives.
+    ``cross_Bps``: one flow's bandwidth when every device of the group sends across nodes at once
+    (the tree's and the hierarchical scheme's inter-node steps): its node's uplink shared by the
+    group's devices on the node, the smallest over the nodes (bytes/s; inf within one node).
     """
 
     n: int
@@ -55,6 +60,7 @@ class GroupLinks:
     intra_Bps: float
     inter_latency_s: float
     inter_Bps: float
+    cross_Bps: float = math.inf
 
 
 def _ring(lat: list[list[float]], bw: list[list[float]], order: list[int]) -> tuple[float, float]:
@@ -168,8 +174,12 @@ def _group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
         intra_lat, intra_bw = max(intra_lat, la), min(intra_bw, ba)
     reps = [members[0] for members in by_node.values()]
     inter_lat, inter_bw = _ring(lat, bw, reps)
+    cross = math.inf
+    if len(by_node) > 1:
+        uplink = topo.lists["uplink_Bps"]
+        cross = min(uplink[k] / len(members) for k, members in by_node.items())
     return GroupLinks(len(devices), ring_lat, ring_bw, len(by_node), per_node,
-                      intra_lat, intra_bw, inter_lat, inter_bw)
+                      intra_lat, intra_bw, inter_lat, inter_bw, cross)
 
 
 def _log2(n: int) -> int:
@@ -184,7 +194,7 @@ def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
         return 0.0
     bw = g.ring_Bps * efficiency
     ring = 2 * (n - 1) * g.ring_latency_s + 2 * (n - 1) / n * nbytes / bw
-    tree = 2 * _log2(n) * g.ring_latency_s + 2 * nbytes / bw
+    tree = 2 * _log2(n) * g.ring_latency_s + 2 * nbytes / (min(g.ring_Bps, g.cross_Bps) * efficiency)
     best = min(ring, tree)
     if g.nodes > 1 and g.per_node >= 1:
         k, m = g.nodes, g.per_node
@@ -193,7 +203,7 @@ def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
             ibw = g.intra_Bps * efficiency
             intra = 2 * ((m - 1) * g.intra_latency_s + (m - 1) / m * nbytes / ibw)
         slice_bytes = nbytes / m  # each local rank carries its slice on its own flow
-        xbw = g.inter_Bps * efficiency
+        xbw = min(g.inter_Bps, g.cross_Bps) * efficiency  # the m flows share the node uplink
         inter = min(2 * (k - 1) * g.inter_latency_s + 2 * (k - 1) / k * slice_bytes / xbw,
                     2 * _log2(k) * g.inter_latency_s + 2 * slice_bytes / xbw)
         best = min(best, intra + inter)
@@ -208,7 +218,7 @@ def all_gather_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
         return 0.0
     bw = g.ring_Bps * efficiency
     ring = (n - 1) * g.ring_latency_s + (n - 1) / n * nbytes / bw
-    tree = _log2(n) * g.ring_latency_s + nbytes / bw
+    tree = _log2(n) * g.ring_latency_s + nbytes / (min(g.ring_Bps, g.cross_Bps) * efficiency)
     return min(ring, tree)
 
 
@@ -233,7 +243,8 @@ def all_reduce_time_vec(nbytes: np.ndarray, g: GroupLinks, efficiency: float) ->
     n = g.n
     bw = g.ring_Bps * efficiency
     ring = 2 * (n - 1) * g.ring_latency_s + (2 * (n - 1) / n / bw) * nbytes
-    tree = 2 * _log2(n) * g.ring_latency_s + (2 / bw) * nbytes
+    tree = 2 * _log2(n) * g.ring_latency_s + (
+        2 / (min(g.ring_Bps, g.cross_Bps) * efficiency)) * nbytes
     best = np.minimum(ring, tree)
     if g.nodes > 1 and g.per_node >= 1:
         k, m = g.nodes, g.per_node
@@ -241,7 +252,7 @@ def all_reduce_time_vec(nbytes: np.ndarray, g: GroupLinks, efficiency: float) ->
         if m > 1:
             ibw = g.intra_Bps * efficiency
             intra = 2 * ((m - 1) * g.intra_latency_s + ((m - 1) / m / ibw) * nbytes)
-        xbw = g.inter_Bps * efficiency
+        xbw = min(g.inter_Bps, g.cross_Bps) * efficiency
         inter = np.minimum(2 * (k - 1) * g.inter_latency_s + (2 * (k - 1) / k / m / xbw) * nbytes,
                            2 * _log2(k) * g.inter_latency_s + (2 / m / xbw) * nbytes)
         best = np.minimum(best, intra + inter)
@@ -256,14 +267,14 @@ def all_reduce_pieces(g: GroupLinks, efficiency: float) -> list[tuple[float, flo
         return []
     bw = g.ring_Bps * efficiency
     out = [(2 * (n - 1) * g.ring_latency_s, 2 * (n - 1) / n / bw),
-           (2 * _log2(n) * g.ring_latency_s, 2 / bw)]
+           (2 * _log2(n) * g.ring_latency_s, 2 / (min(g.ring_Bps, g.cross_Bps) * efficiency))]
     if g.nodes > 1 and g.per_node >= 1:
         k, m = g.nodes, g.per_node
         ia, ib = 0.0, 0.0
         if m > 1:
             ibw = g.intra_Bps * efficiency
             ia, ib = 2 * (m - 1) * g.intra_latency_s, 2 * (m - 1) / m / ibw
-        xbw = g.inter_Bps * efficiency
+        xbw = min(g.inter_Bps, g.cross_Bps) * efficiency
         out.append((ia + 2 * (k - 1) * g.inter_latency_s, ib + 2 * (k - 1) / k / m / xbw))
         out.append((ia + 2 * _log2(k) * g.inter_latency_s, ib + 2 / m / xbw))
     return out

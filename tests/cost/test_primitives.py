@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hetrl.cost.primitives import (
     GroupLinks,
     all_gather_time,
+    all_reduce_pieces,
     all_reduce_time,
     all_reduce_time_vec,
     broadcast_time,
@@ -21,7 +22,7 @@ from hetrl.cost.primitives import (
     p2p_time,
     reduce_scatter_time,
 )
-from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
+from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink, homogeneous
 
 
 def flat(n: int, lat: float, bw: float) -> GroupLinks:
@@ -97,6 +98,7 @@ def test_all_reduce_vec_agrees_elementwise():
     for g in (flat(2, 1e-3, 1e9), flat(4, 1e-3, 1e9), flat(8, 2e-6, 300e9), HIER,
               GroupLinks(3, 1e-3, 1e9, 2, 0, 1e-6, 300e9, 1e-3, 1e9),
               GroupLinks(6, 5e-3, 5e8, 3, 2, 2e-6, 32e9, 5e-3, 5e8),
+              GroupLinks(16, 5.2e-5, 50e9, 2, 8, 2e-6, 300e9, 5.2e-5, 50e9, 6.25e9),
               flat(1, 0.0, math.inf)):
         for eff in (1.0, 0.8):
             vec = all_reduce_time_vec(sizes, g, eff)
@@ -107,12 +109,15 @@ def test_all_reduce_vec_agrees_elementwise():
 @settings(max_examples=60)
 @given(n=st.integers(1, 64), nodes=st.integers(1, 8), lat=st.floats(0, 0.1),
        bw=st.floats(1e6, 1e12), ilat=st.floats(0, 1e-3), ibw=st.floats(1e9, 1e12),
-       nbytes=st.floats(0, 1e11), eff=st.floats(0.05, 1.0))
-def test_all_reduce_vec_agrees_on_random_links(n, nodes, lat, bw, ilat, ibw, nbytes, eff):
+       nbytes=st.floats(0, 1e11), eff=st.floats(0.05, 1.0), cross=st.floats(1e6, 1e12))
+def test_all_reduce_vec_agrees_on_random_links(n, nodes, lat, bw, ilat, ibw, nbytes, eff, cross):
     per_node = n // nodes if n % nodes == 0 else 0
-    g = GroupLinks(n, lat, bw, nodes, per_node, ilat, ibw, lat, bw)
+    g = GroupLinks(n, lat, bw, nodes, per_node, ilat, ibw, lat, bw, cross)
     vec = all_reduce_time_vec(np.array([nbytes]), g, eff)
     assert vec[0] == pytest.approx(all_reduce_time(nbytes, g, eff), rel=1e-12, abs=0.0)
+    pieces = all_reduce_pieces(g, eff)  # the decode drain's affine form
+    if nbytes > 0 and pieces:
+        assert min(a + b * nbytes for a, b in pieces) == pytest.approx(vec[0], rel=1e-9)
 
 
 # --- all-gather, reduce-scatter, broadcast ------------------------------------------------------
@@ -179,3 +184,27 @@ def test_all_reduce_on_the_two_region_cluster_goes_hierarchical():
     #             = 4e-6 + 1/240 + 0.020104 + 0.625
     expected = 4e-6 + 1 / 240 + 0.020104 + 0.625
     assert all_reduce_time(B, g, eff) == pytest.approx(expected)
+
+
+def test_flows_leaving_a_node_at_once_share_its_nic():
+    """Two nodes of 8 A100s in one zone (NIC 400 Gbit/s = 50e9 B/s, NVLink 300e9 B/s, 2 us inside
+    a node, 52 us between nodes), all 16 in one group, 1 GB per device, efficiency 0.8."""
+    c = homogeneous("A100-80GB", nodes=2, gpus_per_node=8)
+    g = group_links(c, tuple(range(16)))
+    # The ring crosses each node boundary with one flow (50e9); the tree's and the hierarchical
+    # scheme's inter-node steps send from all 8 devices of a node at once: 50e9 / 8 each.
+    assert (g.ring_Bps, g.inter_Bps) == (50e9, 50e9)
+    assert g.cross_Bps == pytest.approx(6.25e9)
+    # hierarchical: inside, 2 x (7 x 2e-6 + 7/8 x 1e9 / 240e9); between the 2 nodes, 1/8 of the
+    # bytes per flow at 6.25e9 x 0.8 = 5e9: min(ring, tree) on k = 2 = 2 x 52e-6 + 0.125e9 / 5e9
+    intra = 2 * (7 * 2e-6 + 7 / 8 * 1e9 / 240e9)
+    inter = 2 * 52e-6 + 0.125e9 / 5e9
+    # the flat ring: 30 x 52e-6 + 2 x 15/16 x 1e9 / 40e9 = 0.04844; the tree: 8 x 52e-6 + 0.4
+    assert all_reduce_time(1e9, g, 0.8) == pytest.approx(intra + inter)  # 32.4 ms, not 10.5 ms
+    # all-gather: ring 15 x 52e-6 + 15/16 x 1e9 / 40e9 beats the tree (4 x 52e-6 + 1e9 / 5e9)
+    assert all_gather_time(1e9, g, 0.8) == pytest.approx(15 * 52e-6 + 15 / 16 * 1e9 / 40e9)
+    # one device per node: the NIC is the link itself, nothing shared
+    pair = group_links(c, (0, 8))
+    assert pair.cross_Bps == 50e9 and pair.ring_Bps == 50e9
+    # within one node: no flow leaves it
+    assert group_links(c, tuple(range(8))).cross_Bps == math.inf
