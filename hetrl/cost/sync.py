@@ -7,7 +7,7 @@ quick sources; the pulls from different stages run in parallel. (With training t
 slice is taken from one device of the stage: the bytes are right, the sources per rank are
 approximated.) Free when the generation and training layouts are identical on
 the same devices in sync mode (the weights are shared in place); a device-local copy in async
-mode (generation keeps its own copy). A device that trains in another layout holds a different
+mode (generation keeps its own copy; read and written, 2 x the shard's bytes over HBM). A device that trains in another layout holds a different
 shard and fetches its generation shard from another training device (no partial reuse), unless
 it trains a whole replica (tp = pp = 1): then a local copy. Concurrent pulls share node NICs: the
 time is the largest of the slowest single pull, every node's bytes in or out over its uplink (NIC, or
@@ -101,7 +101,8 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage:
         if shared_in_place:
             return 0.0, [], []
-        local = [(d, s.weight_bytes / (cluster.topology.hbm_Bps[d] * params.efficiency(
+        # a device-local copy reads and writes the shard: 2 x its bytes over HBM
+        local = [(d, 2 * s.weight_bytes / (cluster.topology.hbm_Bps[d] * params.efficiency(
                      cluster.devices[d].gpu.name, "hbm")))
                  for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
                  for d in stage]

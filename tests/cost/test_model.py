@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 from hetrl.cost import CostModel, CostParams, estimate, lower_bound
+from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.plan import colocated_plan
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.presets import cluster_preset, workload_preset
@@ -146,8 +147,13 @@ def test_async_colocated_is_bound_by_the_busiest_device(a100x8):
     wl = workload_preset("qwen3-8b-ppo-async")
     a = CostModel(wl, a100x8).estimate(colocated_plan(wl, a100x8, tp=4))
     t = a.tasks
-    # Every device runs every task and reloads the generation copy (a device-local copy).
-    assert t["weight_sync"] > 0
+    # Every device runs every task and reloads the generation copy (a device-local copy that
+    # reads and writes its tp-4 shard: 2 x shard bytes over the A100's HBM).
+    model = CostModel(wl, a100x8)
+    gen = colocated_plan(wl, a100x8, tp=4).placement("actor_generation")
+    (shard,) = model.shapes("actor_generation", gen)
+    hbm = a100x8.topology.hbm_Bps[0] * DEFAULT_PARAMS.efficiency("A100-80GB", "hbm")
+    assert t["weight_sync"] == pytest.approx(2 * shard.weight_bytes / hbm, rel=1e-12)
     busiest = sum(t.values())
     assert a.chain_s == pytest.approx(busiest, rel=1e-12)
     assert a.iteration_s == pytest.approx(max(busiest / 2, busiest), rel=1e-12)
