@@ -179,7 +179,7 @@ class Simulation:
                 admit.append(queue.popleft())
             if admit:
                 pl = batch.prompt[admit].astype(float)
-                dt = ops.prefill(float(pl.sum()), float((pl * pl).sum()))
+                dt = ops.prefill(float(pl.sum()), float((pl * pl).sum()), len(admit))
                 yield self.env.timeout(dt * self.slow(devices))
                 for s in admit:
                     heapq.heappush(running, (step + int(batch.response[s]), s))

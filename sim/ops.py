@@ -68,8 +68,9 @@ class ReplicaOps:
         self._tp_decode: dict[int, float] = {}
 
     # --- generation ---
-    def prefill(self, prompt_tokens: float, prompt_sq_sum: float) -> float:
-        """Chunked prefill of prompts with ``prompt_tokens`` tokens in all, stage after stage."""
+    def prefill(self, prompt_tokens: float, prompt_sq_sum: float, prompts: int) -> float:
+        """Chunked prefill of ``prompts`` prompts with ``prompt_tokens`` tokens in all, stage after
+        stage (the output head runs for one position per prompt, as in the cost model)."""
         if prompt_tokens <= 0:
             return 0.0
         chunks = max(1, math.ceil(prompt_tokens / self.params.prefill_chunk_tokens))
@@ -77,7 +78,8 @@ class ReplicaOps:
         total = 0.0
         for st in self.stages:
             s = st.shape
-            fl = prompt_tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * prompt_sq_sum / 2
+            fl = (prompt_tokens * (s.matmul_flops_per_token - s.head_flops_per_token)
+                  + prompts * s.head_flops_per_token + s.attn_flops_per_token_ctx * prompt_sq_sum / 2)
             total += max(fl / st.flops_infer, chunks * s.weight_bytes / st.hbm)
             total += chunks * 2 * s.layers * st.tp_allreduce(chunk_tok * self.h * self.bpv)
         for lat, bw in self.boundaries:

@@ -1,8 +1,8 @@
 """The physical limit of a workload on a cluster: every FLOP at peak on all GPUs at once and
 every unavoidable byte streamed at the cluster's full HBM bandwidth (efficiency 1, no network).
 
-FLOPs: generation (prefill + one forward per generated token, attention over the growing
-context), a forward over every sequence for each inference task, and 3 forwards (forward +
+FLOPs: generation (prefill, whose output head runs for one position per sequence, + one forward
+per generated token, attention over the growing context), a forward over every sequence for each inference task, and 3 forwards (forward +
 backward) for each training task. Bytes: decode must read the actor's weights once per decode
 step -- at least E[longest response] steps -- and every KV entry of the context at every step.
 The bound is max(FLOPs / sum of peak FLOP/s, bytes / sum of HBM bandwidth) seconds.
@@ -26,7 +26,9 @@ def lower_bound(workload: WorkloadSpec, cluster: ClusterSpec) -> dict[str, float
                                 t.role in LM_HEAD_ROLES, workload.bytes_per_value)
         if t.kind == "generation":
             ctx_sum = n * (L.prompt_mean * L.response_mean + L.mean_age * L.response_mean)
+            # the prefill computes the head once per sequence, each decode step once per token
             flops += (n * L.seq_mean * shape.matmul_flops_per_token
+                      - n * max(L.prompt_mean - 1.0, 0.0) * shape.head_flops_per_token
                       + shape.attn_flops_per_token_ctx * (n * L.prompt_mean ** 2 / 2 + ctx_sum))
             actor = shape
         else:

@@ -67,10 +67,17 @@ class StageShape:
     def matmul_flops_per_token(self) -> float:
         """Forward FLOPs per token of the dense matmuls (no attention scores, no embedding look-up)."""
         m = self.model
-        f = 2.0 * self.layers * (m.attn_params_per_layer + m.mlp_params_per_layer)
-        if self.last:
-            f += 2.0 * m.hidden * (m.vocab if self.lm_head else 1)
-        return f / self.tp
+        f = 2.0 * self.layers * (m.attn_params_per_layer + m.mlp_params_per_layer) / self.tp
+        return f + self.head_flops_per_token
+
+    @cached_property
+    def head_flops_per_token(self) -> float:
+        """The part of :attr:`matmul_flops_per_token` in the output head (vocabulary or scalar;
+        0 unless this is the last stage). A prefill computes it for one token per sequence only
+        (the position it samples from), as vLLM does."""
+        if not self.last:
+            return 0.0
+        return 2.0 * self.model.hidden * (self.model.vocab if self.lm_head else 1) / self.tp
 
     @cached_property
     def attn_flops_per_token_ctx(self) -> float:

@@ -78,7 +78,9 @@ class _GenerationEngine:
                  params: CostParams):
         self.shapes, self.hw, self.L, self.params = shapes, hw, L, params
         eff = params.efficiency
-        self.stages = [(s.matmul_flops_per_token, s.attn_flops_per_token_ctx,
+        # prefill: the body's FLOPs per prompt token, the head's once per sequence
+        self.stages = [(s.matmul_flops_per_token - s.head_flops_per_token,
+                        s.head_flops_per_token, s.attn_flops_per_token_ctx,
                         st.flops * eff(st.gpu, "infer_flops"), s.weight_bytes,
                         st.hbm_Bps * eff(st.gpu, "hbm"), s.layers, st.tp, eff(st.gpu, "link"))
                        for s, st in zip(shapes, hw.stages, strict=True)]
@@ -135,8 +137,8 @@ class _GenerationEngine:
         pre_c, pre_h, pre_tp = 0.0, 0.0, 0.0
         p_sq = self.p_sq
         msg = chunk_tok * h * bpv
-        for mfpt, afpc, flops_rate, wb, hbm_rate, layers, g, tp_eff in self.stages:
-            fl = ptoks * mfpt + afpc * n * p_sq / 2
+        for body, head, afpc, flops_rate, wb, hbm_rate, layers, g, tp_eff in self.stages:
+            fl = ptoks * body + n * head + afpc * n * p_sq / 2
             c = fl / flops_rate
             hb = chunks * wb / hbm_rate
             tp = chunks * 2 * layers * all_reduce_time(msg, g, tp_eff)

@@ -30,7 +30,8 @@ PEAK = 312e12  # A100 bf16 FLOP/s
 HBM = 2039e9  # A100 B/s
 MATRIX_PER_LAYER = 41_943_040 + 150_994_944  # attention + MLP weights of one Qwen3-8B layer
 # Dense forward FLOPs per token: 2 per weight; the actor ends in a 4096 x 151936 LM head.
-MATMUL = 2 * 36 * MATRIX_PER_LAYER + 2 * 4096 * 151_936  # = 15,136,194,560
+HEAD = 2 * 4096 * 151_936  # the LM head's FLOPs per token: 1,244,659,712
+MATMUL = 2 * 36 * MATRIX_PER_LAYER + HEAD  # = 15,136,194,560
 # Attention scores (QK^T and AV): 4 x heads x head_dim per layer per context token.
 ATTN = 4 * 36 * 32 * 128  # = 589,824
 # Parameters: 36 layers x (matrices + 2 norms) + embedding + LM head + final norm.
@@ -170,7 +171,7 @@ def hand_generation(n: int, prompt: int, steps: np.ndarray, batch: np.ndarray,
     max(weights + KV bytes / (0.7 HBM), FLOPs / (0.4 peak)) + 1 ms, weighted by ``steps``."""
     ptoks = n * prompt
     chunks = -(-ptoks // 8192)
-    pre_flops = ptoks * MATMUL + ATTN * n * prompt**2 / 2
+    pre_flops = ptoks * (MATMUL - HEAD) + n * HEAD + ATTN * n * prompt**2 / 2  # head: last position
     prefill = max(pre_flops / (PEAK * 0.5), chunks * WEIGHTS / (HBM * 0.8))
     hbm = (WEIGHTS + batch * ctx * KV) / (HBM * 0.7)
     fl = batch * (MATMUL + ATTN * ctx) / (PEAK * 0.4)
@@ -196,10 +197,11 @@ def test_generation_memory_bound_at_64_compute_bound_at_256(L, one_gpu):
     #    most vs FLOPs 64 x (15.14e9 + 589,824 x 512) / 124.8e12 = 7.9 ms;
     #  - compute-bound at 256: HBM at most (16.38e9 + 19.33e9) / 1427e9 = 25.0 ms vs FLOPs at
     #    least 256 x (15.14e9 + 589,824 x 257) / 124.8e12 = 31.4 ms.
-    # Prefill (compute-bound, 2.5e14 FLOPs at 64 sequences) is the only compute of the first.
+    # Prefill (compute-bound, 2.3e14 FLOPs at 64 sequences: the LM head for one position per
+    # sequence) is the only compute of the first.
     small = generation_replica(actor(), one_gpu, 64, (50e9,), L, 256, DEFAULT_PARAMS)
     big = generation_replica(actor(), one_gpu, 256, (50e9,), L, 256, DEFAULT_PARAMS)
-    prefill64 = (64 * P * MATMUL + ATTN * 64 * P**2 / 2) / (PEAK * 0.5)
+    prefill64 = (64 * P * (MATMUL - HEAD) + 64 * HEAD + ATTN * 64 * P**2 / 2) / (PEAK * 0.5)
     assert small.parts["compute"] == pytest.approx(prefill64, rel=1e-12)
     assert small.parts["hbm"] > 3.0
     assert big.parts["hbm"] == 0.0 and big.parts["compute"] > 8.0

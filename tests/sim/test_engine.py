@@ -17,6 +17,7 @@ from tests.sim.tiny import (
     ACTOR_WEIGHT_BYTES,
     ATTN,
     HBM,
+    HEAD,
     KV,
     LAYER_PARAMS,
     MATMUL,
@@ -36,9 +37,10 @@ def task_span(trace, task, iteration=0):
     return s
 
 
-def prefill_s(prompt_tokens, prompt_sq_sum):
-    """One stage, tp = 1, one chunk: max(FLOPs / (312e12 x 0.5), weights / (2039e9 x 0.8))."""
-    fl = prompt_tokens * MATMUL + ATTN * prompt_sq_sum / 2
+def prefill_s(prompt_tokens, prompt_sq_sum, prompts):
+    """One stage, tp = 1, one chunk: max(FLOPs / (312e12 x 0.5), weights / (2039e9 x 0.8)); the
+    LM head runs for the last position of each prompt only."""
+    fl = prompt_tokens * (MATMUL - HEAD) + prompts * HEAD + ATTN * prompt_sq_sum / 2
     return max(fl / (PEAK * 0.5), ACTOR_WEIGHT_BYTES / (HBM * 0.8))
 
 
@@ -68,9 +70,9 @@ def test_generation_prefill_then_decode_steps():
     trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
     gen = task_span(trace, "actor_generation")
     assert gen.start_s == 0.0
-    assert prefill_s(64, 4 * 16**2) == pytest.approx(2.0756841589e-6, rel=1e-9)
+    assert prefill_s(64, 4 * 16**2, 4) == pytest.approx(2.0756841589e-6, rel=1e-9)
     assert decode_s(4, 4 * 17, 8) == pytest.approx(19.448323408e-6 + 8e-3, rel=1e-9)
-    assert gen.duration_s == pytest.approx(prefill_s(64, 4 * 16**2) + decode_s(4, 4 * 17, 8),
+    assert gen.duration_s == pytest.approx(prefill_s(64, 4 * 16**2, 4) + decode_s(4, 4 * 17, 8),
                                            rel=1e-9)
     (tasklet,) = trace.spans_of("tasklet", "actor_generation")
     assert tasklet.meta["sequences"] == 4 and tasklet.meta["peak_batch"] == 4
@@ -83,7 +85,7 @@ def test_generation_decode_crosses_from_compute_to_memory_bound():
     # 5.49 us + 0.184 us i: compute-bound for i <= 2, memory-bound after.
     wl, cluster = tiny_workload(n_prompts=64, responses=4), one_node(1)
     trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
-    expected = prefill_s(256 * 16, 256 * 16**2) + decode_s(256, 256 * 17, 8)
+    expected = prefill_s(256 * 16, 256 * 16**2, 256) + decode_s(256, 256 * 17, 8)
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(expected, rel=1e-9)
 
 
@@ -92,7 +94,7 @@ def test_generation_admits_a_new_wave_when_the_batch_is_full():
     # and 8 decode steps of batch 2 (every sequence of a wave ends at the same step).
     wl, cluster = tiny_workload(gen_max_concurrency=2), one_node(1)
     trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
-    wave = prefill_s(32, 2 * 16**2) + decode_s(2, 2 * 17, 8)
+    wave = prefill_s(32, 2 * 16**2, 2) + decode_s(2, 2 * 17, 8)
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(2 * wave, rel=1e-9)
 
 
@@ -105,7 +107,7 @@ def test_generation_one_at_a_time_follows_each_sampled_length():
     plan = colocated_plan(wl, cluster)
     responses = Simulation(plan, wl, cluster, seed=3).draw(0).response.tolist()
     assert len(set(responses)) > 1  # the lengths differ
-    expected = sum(prefill_s(16, 16**2) + decode_s(1, 17, r) for r in responses)
+    expected = sum(prefill_s(16, 16**2, 1) + decode_s(1, 17, r) for r in responses)
     trace = simulate(plan, wl, cluster, 1, seed=3).trace
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(expected, rel=1e-9)
 

@@ -26,7 +26,8 @@ TINY = ModelShape("tiny", layers=2, hidden=256, ffn=512, heads=4, kv_heads=2, he
 LAYER_PARAMS = 196_608 + 393_216 + 512  # = 590,336
 ACTOR_PARAMS = 2 * LAYER_PARAMS + 2 * 1000 * 256 + 256  # = 1,692,928
 ACTOR_WEIGHT_BYTES = 2 * ACTOR_PARAMS  # = 3,385,856
-MATMUL = 2 * 2 * (196_608 + 393_216) + 2 * 256 * 1000  # = 2,871,296
+HEAD = 2 * 256 * 1000  # the LM head's FLOPs per token: 512,000
+MATMUL = 2 * 2 * (196_608 + 393_216) + HEAD  # = 2,871,296
 ATTN = 4 * 2 * 4 * 64  # = 2,048
 KV = 2 * 2 * 2 * 64 * 2  # = 1,024
 
