@@ -3,7 +3,8 @@
 Sources: Kaplan et al. 2020 and Narayanan et al. 2021 (2 FLOPs per parameter per token forward,
 backward twice the forward); attention scores 4 x context x (heads x head_dim) FLOPs per token per
 layer (QK^T and AV); Korthikanti et al. 2022 for activation memory (34 x tokens x hidden bytes per
-layer with flash attention and sequence parallelism, divided by tp).
+layer of a GPT layer with flash attention and sequence parallelism, divided by tp; its MLP part
+adapted to SwiGLU).
 """
 
 from __future__ import annotations
@@ -93,15 +94,33 @@ class StageShape:
         return 2.0 * self.layers * kv_heads * m.head_dim * self.bytes_per_value
 
     def activation_bytes(self, tokens: float, recompute: bool, act_coeff: float) -> float:
-        """Stored activations of ``tokens`` tokens through this stage for the backward pass."""
-        per_layer = (2.0 if recompute else act_coeff) * tokens * self.model.hidden / self.tp
-        return self.layers * per_layer
+        """Stored activations of ``tokens`` tokens through this stage for the backward pass.
+        ``act_coeff``: bytes per token per hidden unit of a GPT layer (Korthikanti et al. 2022:
+        34 = attention 11 + MLP 19 for a 4h GeLU MLP + norms 4); the MLP's part is replaced by a
+        SwiGLU MLP's of width ffn (see :func:`activation_coeff`). Full recomputation keeps only
+        each layer's input (2 bytes)."""
+        coeff = 2.0 if recompute else activation_coeff(self.model, act_coeff)
+        return self.layers * coeff * tokens * self.model.hidden / self.tp
 
     def logits_bytes(self, tokens: float) -> float:
         """Materialised vocabulary logits of ``tokens`` tokens (bf16, vocab-parallel over tp)."""
         if not (self.last and self.lm_head):
             return 0.0
         return tokens * self.model.vocab * 2.0 / self.tp
+
+
+#: Bytes per token per hidden unit of a GPT layer's 4h GeLU MLP in Korthikanti et al. 2022 (Sec.
+#: 4.1): first linear's input 2, GeLU's input 8, second linear's input 8, dropout mask 1.
+GPT_MLP_BYTES = 19.0
+
+
+def activation_coeff(model: ModelShape, act_coeff: float) -> float:
+    """Stored activation bytes per token per hidden unit of one layer of ``model``: ``act_coeff``
+    (a GPT layer's, 34) with its 4h GeLU MLP's 19 replaced by a SwiGLU MLP's 2 + 6 f / h -- the
+    gate and up projections' input (2 h bytes), their outputs (2 x 2 f; the fused SwiGLU keeps
+    them and recomputes the activation in the backward pass, as Megatron-core does) and the down
+    projection's input (2 f); no dropout. Qwen3-8B (f = 3 h): 35; Qwen2.5-7B (f = 5.3 h): 48.7."""
+    return act_coeff - GPT_MLP_BYTES + 2.0 + 6.0 * model.ffn / model.hidden
 
 
 @lru_cache(maxsize=4096)

@@ -52,7 +52,9 @@ class CostParams:
     grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
     optimizer_state_bytes: int = 12  # fp32 master copy + Adam m and v, sharded over DP (ZeRO-1)
     optimizer_step_hbm_bytes: int = 32  # HBM traffic per parameter of one Adam step (read+write)
-    activation_bytes_per_token_hidden: float = 34.0  # Korthikanti et al. 2022, flash attention
+    # Korthikanti et al. 2022, flash attention: a GPT layer's (its MLP part is adapted to SwiGLU,
+    # see hetrl.cost.flops.activation_coeff)
+    activation_bytes_per_token_hidden: float = 34.0
     eta: float | None = None
 
     def __post_init__(self) -> None:

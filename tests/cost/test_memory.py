@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetrl.cost.flops import stage_shapes
+from hetrl.cost.flops import activation_coeff, stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.memory import task_memory
 from hetrl.cost.model import CostModel
@@ -56,17 +56,18 @@ def test_working_sets_by_hand():
     L = length_stats(fixed_workload())  # every sequence 256 + 256 = 512 tokens
     (s,) = stage_shapes(model_preset("Qwen3-8B"), (36,), 1, True, 2)
     # Training, 16 sequences in micro-batches of 4 (2048 tokens), pp = 1: one micro-batch in
-    # flight: 36 layers x 34 B x 2048 tokens x 4096 hidden (Korthikanti et al., flash attention)
+    # flight: 36 layers x 35 B x 2048 tokens x 4096 hidden (Korthikanti et al., flash attention:
+    # a GPT layer's 34 B with its 4h GeLU MLP's 19 B swapped for SwiGLU's 2 + 6 x 12288 / 4096 = 20)
     # + the bf16 logits 2048 x 151,936 x 2 B.
     tr = task_memory("training", "actor", s, 0, 1, 1, 16, 4, L, DEFAULT_PARAMS, recompute=False)
-    assert tr.working_bytes == 36 * 34 * 2048 * 4096 + 2048 * 151_936 * 2  # 10.89 GB
+    assert tr.working_bytes == 36 * 35 * 2048 * 4096 + 2048 * 151_936 * 2  # 11.19 GB
     # Full recomputation keeps only each layer's input: 2 B per token x hidden.
     re = task_memory("training", "actor", s, 0, 1, 1, 16, 4, L, DEFAULT_PARAMS, recompute=True)
     assert re.working_bytes == 36 * 2 * 2048 * 4096 + 2048 * 151_936 * 2
     # pp = 4, first stage, 16 micro-batches: 1F1B holds pp - j = 4 of them.
     (s0, *_) = stage_shapes(model_preset("Qwen3-8B"), (9, 9, 9, 9), 1, True, 2)
     pp4 = task_memory("training", "actor", s0, 0, 4, 1, 64, 4, L, DEFAULT_PARAMS, recompute=False)
-    assert pp4.working_bytes == 4 * 9 * 34 * 2048 * 4096  # no logits on the first stage
+    assert pp4.working_bytes == 4 * 9 * 35 * 2048 * 4096  # no logits on the first stage
     # Inference, micro-batch 16 (8192 tokens): one layer's live tensors, 16 B per token x hidden,
     # plus the logits for the actor-shaped reference.
     inf = task_memory("inference", "reference", s, 0, 1, 1, 16, 16, L, DEFAULT_PARAMS, False)
@@ -83,8 +84,8 @@ def test_everything_on_one_gpu_is_flagged_with_numbers(a100x8):
     # Weights: actor (shared by generation and training) + reference + reward.
     weights = (2 * PARAMS_8B + 2 * PARAMS_8B + 2 * PARAMS_8B_REWARD) / GB  # 47.90 GB
     states = 16 * PARAMS_8B / GB  # 131.05 GB
-    working = (36 * 34 * 2048 * 4096 + 2048 * 151_936 * 2) / GB  # training is the largest
-    need = weights + states + working  # 189.84 GB
+    working = (36 * 35 * 2048 * 4096 + 2048 * 151_936 * 2) / GB  # training is the largest
+    need = weights + states + working  # 190.14 GB
     usable = 0.92 * 80  # 73.6 GB
     assert not est.feasible
     expected = (f"device 3 (A100-80GB): needs {need:.1f} GB (weights {weights:.1f}, "
@@ -140,3 +141,13 @@ def test_async_copy_on_one_device(a100x8):
     assert est_a.peak_memory_gb[0] - est_s.peak_memory_gb[0] == pytest.approx(
         2 * PARAMS_8B / GB, rel=1e-9)
     assert "weights 64.3," in est_a.violations[0]  # 47.90 + 16.38
+
+
+def test_activation_coefficient_follows_the_swiglu_width():
+    # 34 - 19 (GPT's 4h GeLU MLP) + 2 + 6 f / h: Qwen3-8B f = 3 h -> 35; Qwen2.5-7B
+    # f / h = 18944 / 3584 -> 15 + 2 + 31.71 = 48.71; Llama-3.1-8B f / h = 3.5 -> 38.
+    assert activation_coeff(model_preset("Qwen3-8B"), 34.0) == 35.0
+    assert activation_coeff(model_preset("Qwen2.5-7B"), 34.0) == pytest.approx(17 + 6 * 18944 / 3584)
+    assert activation_coeff(model_preset("Llama-3.1-8B"), 34.0) == 38.0
+    # the parameter still shifts every model's coefficient one for one
+    assert activation_coeff(model_preset("Qwen3-8B"), 30.0) == 31.0
