@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, OptionError
 
 Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
@@ -26,7 +27,64 @@ def command(name: str, help_text: str, configure: Callable[[argparse.ArgumentPar
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2) if args.json else text)
+    print(json.dumps(json_safe(data), indent=2, allow_nan=False) if args.json else text)
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` with every non-finite float (an infeasible best, an unbounded rate) as None: JSON
+    has no Infinity or NaN (RFC 8259), and strict parsers reject them."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
+
+
+# --- argument types: checked while parsing, before any work; a bad value is one line, exit 2 --
+
+def _number_type(option: str, convert: Callable[[str], Any], ok: Callable[[Any], bool],
+                 limit: str) -> Callable[[str], Any]:
+    def parse(value: str) -> Any:
+        try:
+            number = convert(value)
+        except ValueError:
+            raise OptionError(option, value, limit) from None
+        if not ok(number):
+            raise OptionError(option, value, limit)
+        return number
+    return parse
+
+
+def nonnegative_int(option: str) -> Callable[[str], int]:
+    """The argparse type of an integer option >= 0 (seeds)."""
+    return _number_type(option, int, lambda n: n >= 0, "must be an integer >= 0")
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """The argparse type of an integer option >= 1 (sizes, counts, budgets)."""
+    return _number_type(option, int, lambda n: n >= 1, "must be an integer >= 1")
+
+
+def positive_float(option: str) -> Callable[[str], float]:
+    """The argparse type of a number option, finite and > 0 (seconds, rates)."""
+    return _number_type(option, float, lambda x: math.isfinite(x) and x > 0,
+                        "must be a finite number > 0")
+
+
+def output_path(option: str) -> Callable[[str], str]:
+    """The argparse type of an output file option: a path a file can be written to."""
+    def parse(value: str) -> str:
+        from hetrl.errors import SpecError
+        from hetrl.io import check_output_path
+
+        try:
+            check_output_path(value, option)
+        except SpecError as exc:
+            raise OptionError(option, value, exc.problem) from None
+        return value
+    return parse
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -131,7 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     _load_command_modules()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except HetrlError as exc:  # an option's value (see the argument types above)
+        given = list(sys.argv[1:] if argv is None else argv)
+        name = next((a for a in given if a in COMMANDS), None)
+        print(f"hetrl {name}: error: {exc}" if name else f"hetrl: error: {exc}", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[args.command][2](args)
     except HetrlError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import _json_flag, command, emit
+from hetrl.cli import _json_flag, command, emit, output_path, positive_int
 from hetrl.errors import HetrlError
 
 
@@ -15,22 +15,39 @@ def _estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--plan", "-p", help="plan JSON/YAML file")
     src.add_argument("--colocate", action="store_true",
                      help="build a plan: every task on every device with one layout (--tp/--pp/--dp)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size for --colocate")
-    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size for --colocate")
-    p.add_argument("--dp", type=int, default=None,
+    p.add_argument("--tp", type=positive_int("--tp"), default=1,
+                   help="tensor-parallel size for --colocate (default 1)")
+    p.add_argument("--pp", type=positive_int("--pp"), default=1,
+                   help="pipeline-parallel size for --colocate (default 1)")
+    p.add_argument("--dp", type=positive_int("--dp"), default=None,
                    help="data-parallel size for --colocate (default: devices / (tp*pp))")
     p.add_argument("--params", help="cost-model parameters YAML (e.g. from `hetrl calibrate`)")
-    p.add_argument("--save-plan", help="with --colocate: also write the built plan to this file")
+    p.add_argument("--save-plan", type=output_path("--save-plan"),
+                   help="with --colocate: also write the built plan to this file")
     _json_flag(p)
 
 
-def load_params(path: str | None):
+def load_params(path: str | None, cluster=None):
+    """Cost-model parameters from a YAML file (the defaults without one). With ``cluster``, a
+    ``per_gpu`` entry must name one of its GPU types or a built-in one: a typo would otherwise
+    be ignored without a word."""
     from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+    from hetrl.errors import SpecError
     from hetrl.io import read_mapping
+    from hetrl.spec.hardware import gpu_catalog
 
     if path is None:
         return DEFAULT_PARAMS
-    return CostParams.from_dict(read_mapping(path, "params"))
+    params = CostParams.from_dict(read_mapping(path, "params"))
+    if cluster is not None:
+        known = set(gpu_catalog()) | {d.gpu.name for d in cluster.devices}
+        for gpu, _, value in params.per_gpu:
+            if gpu not in known:
+                ours = sorted({d.gpu.name for d in cluster.devices})
+                raise SpecError(f"{path}: params.per_gpu.{gpu}", value,
+                                f"unknown GPU type; the cluster has {ours}, "
+                                f"built in: {sorted(gpu_catalog())}")
+    return params
 
 
 def _format(est, workload, cluster) -> str:
@@ -62,7 +79,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from hetrl.plan import colocated_plan
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    params = load_params(args.params)
+    params = load_params(args.params, cluster)
     if args.colocate:
         plan = colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp)
         if args.save_plan:
@@ -70,6 +87,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     else:
         if args.save_plan:
             raise HetrlError("--save-plan goes with --colocate")
+        if args.tp != 1 or args.pp != 1 or args.dp is not None:
+            raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan(args.plan)
     est = CostModel(workload, cluster, params).estimate(plan)
     emit(args, est.to_dict(), _format(est, workload, cluster))

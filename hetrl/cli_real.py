@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import _json_flag, command, emit
+from hetrl.cli import _json_flag, command, emit, output_path, positive_float, positive_int
 from hetrl.errors import SpecError
 
 
@@ -19,12 +19,13 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="what to measure: the CPU (float32 matmul, one thread) or CUDA device 0 "
                         "(bf16 matmul)")
-    p.add_argument("--seconds", type=float, default=6.0,
+    p.add_argument("--seconds", type=positive_float("--seconds"), default=6.0,
                    help="time budget of the timed loops, seconds (default 6)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes and a 0.5 s budget: rough figures in a few seconds")
     p.add_argument("--name", default=None, help="cluster name (default: profiled-<hostname>)")
-    p.add_argument("--out", "-o", required=True, help="cluster YAML file to write")
+    p.add_argument("--out", "-o", required=True, type=output_path("--out"),
+                   help="cluster YAML file to write")
     _json_flag(p)
 
 
@@ -63,11 +64,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def _calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traces", "-t", nargs="*", default=[],
                    help="trace files in hetrl's Trace JSON schema, each with its specs in meta "
-                        "(workload_spec, cluster_spec, plan)")
-    p.add_argument("--out", "-o", required=True,
+                        "(workload_spec, cluster_spec, plan); at least one is required")
+    p.add_argument("--out", "-o", required=True, type=output_path("--out"),
                    help="parameters YAML to write (read back by `hetrl estimate --params`)")
     p.add_argument("--params", help="starting parameters YAML (default: the built-in defaults)")
-    p.add_argument("--sweeps", type=int, default=8,
+    p.add_argument("--sweeps", type=positive_int("--sweeps"), default=8,
                    help="coordinate-descent sweeps at most (default 8)")
     _json_flag(p)
 

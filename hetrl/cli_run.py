@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from hetrl.cli import command, emit
+from hetrl.cli import command, emit, nonnegative_int, output_path, positive_float, positive_int
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -16,12 +16,16 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="cluster preset or YAML/JSON: its GPU types become emulated Ray resources "
                         "and its topology the emulated network")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
-    p.add_argument("--iterations", "-n", type=int, default=2, help="RL iterations to run")
-    p.add_argument("--seed", type=int, default=0, help="seed of data, sampling and model init")
+    p.add_argument("--iterations", "-n", type=positive_int("--iterations"), default=2,
+                   help="RL iterations to run (default 2)")
+    p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
+                   help="seed of data, sampling and model init (default 0)")
     p.add_argument("--reward", default="math", help="rule reward: math (answer checker) or "
-                   "target-byte (trivially learnable)")
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate of actor and critic")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="torch device")
+                   "target-byte (trivially learnable); default math")
+    p.add_argument("--lr", type=positive_float("--lr"), default=1e-3,
+                   help="learning rate of actor and critic (default 1e-3)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="torch device (default cpu)")
     p.add_argument("--engines", metavar="KIND=ENGINE,...", default="",
                    help="engine per task kind, e.g. generation=vllm,training=megatron (GPU only; "
                         "default torch for every kind)")
@@ -34,8 +38,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="continue from the checkpoint in --checkpoint-dir")
     p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
                    help="fault injection: that device's worker dies at the start of that task")
-    p.add_argument("--trace", help="write the trace in hetrl's schema (input of hetrl calibrate)")
-    p.add_argument("--chrome-trace", help="write the trace as Chrome trace JSON (Perfetto)")
+    p.add_argument("--trace", type=output_path("--trace"),
+                   help="write the trace in hetrl's schema (input of hetrl calibrate)")
+    p.add_argument("--chrome-trace", type=output_path("--chrome-trace"),
+                   help="write the trace as Chrome trace JSON (Perfetto)")
     p.add_argument("--params", help="cost-model parameters YAML for the estimate it is compared to")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -71,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from real.report import run_report
 
     workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
-    params = load_params(args.params)
+    params = load_params(args.params, cluster)
     try:
         from real.runner import RunConfig, run_plan
     except ModuleNotFoundError as exc:

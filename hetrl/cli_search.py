@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import _json_flag, command, emit
+from hetrl.cli import (
+    _json_flag,
+    command,
+    emit,
+    nonnegative_int,
+    output_path,
+    positive_float,
+    positive_int,
+)
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
-    p.add_argument("--scheduler", "-s", default="hetrl", help="scheduler name (see `hetrl schedulers`)")
-    p.add_argument("--budget-s", type=float, default=None, help="wall-clock budget, seconds")
-    p.add_argument("--budget-evals", type=int, default=None,
+    p.add_argument("--scheduler", "-s", default="hetrl",
+                   help="scheduler name (see `hetrl schedulers`; default hetrl)")
+    p.add_argument("--budget-s", type=positive_float("--budget-s"), default=None,
+                   help="wall-clock budget, seconds (--budget-s and/or --budget-evals is required)")
+    p.add_argument("--budget-evals", type=positive_int("--budget-evals"), default=None,
                    help="cost-model evaluations budget (deterministic with --seed)")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--workers", type=int, default=1, help="processes (ILP: solver workers)")
+    p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
+                   help="random seed (default 0)")
+    p.add_argument("--workers", type=positive_int("--workers"), default=1,
+                   help="processes (ILP: solver workers; default 1)")
     p.add_argument("--no-load-balance", action="store_true",
                    help="disable the data- and layer-level load balancer (ablation)")
     p.add_argument("--params", help="cost-model parameters YAML")
-    p.add_argument("--out", "-o", required=True, help="write the plan here (.json or .yaml)")
+    p.add_argument("--out", "-o", required=True, type=output_path("--out"),
+                   help="write the plan here (.json or .yaml)")
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     _json_flag(p)
 
@@ -33,7 +46,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     budget = Budget(seconds=args.budget_s, evaluations=args.budget_evals, seed=args.seed,
                     workers=args.workers, progress=args.progress)
-    scheduler = get_scheduler(args.scheduler, load_params(args.params),
+    scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster),
                               load_balance=not args.no_load_balance)
     result = scheduler.search(workload, cluster, budget)
     save_plan(result.plan, args.out)

@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from hetrl.cli import command, emit
+from hetrl.cli import command, emit, nonnegative_int, output_path, positive_int
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
-    p.add_argument("--iterations", "-n", type=int, default=3, help="iterations to simulate")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled sequence lengths")
+    p.add_argument("--iterations", "-n", type=positive_int("--iterations"), default=3,
+                   help="iterations to simulate (default 3)")
+    p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
+                   help="seed of the sampled sequence lengths (default 0)")
     p.add_argument("--faults", help="fault scenario YAML (device lost, link degraded, straggler)")
-    p.add_argument("--trace", help="write the trace as Chrome trace JSON (open in Perfetto)")
-    p.add_argument("--trace-raw", help="write the trace in hetrl's own schema (JSON)")
+    p.add_argument("--trace", type=output_path("--trace"),
+                   help="write the trace as Chrome trace JSON (open in Perfetto)")
+    p.add_argument("--trace-raw", type=output_path("--trace-raw"),
+                   help="write the trace in hetrl's own schema (JSON)")
     p.add_argument("--params", help="cost-model parameters YAML")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -39,7 +43,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             nodes.setdefault(d.node, []).append(d.id)
         faults = FaultScenario.from_dict(read_mapping(args.faults, "faults"), cluster.num_devices,
                                          cluster.regions, nodes)
-    result = simulate(plan, workload, cluster, args.iterations, args.seed, load_params(args.params),
+    result = simulate(plan, workload, cluster, args.iterations, args.seed, load_params(args.params, cluster),
                       faults)
     if args.trace:
         write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()))

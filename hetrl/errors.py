@@ -23,6 +23,16 @@ class SpecError(HetrlError, ValueError):
         super().__init__(f"{field} = {value!r}: {problem}")
 
 
+class OptionError(HetrlError):
+    """A command-line option has a bad value (checked while the arguments are parsed, before any
+    work): the option, the value and the limit. Not a ValueError, so that argparse passes it on
+    instead of turning it into its own usage message."""
+
+    def __init__(self, option: str, value: Any, problem: str):
+        self.field, self.value, self.problem = option, value, problem
+        super().__init__(f"{option} = {value!r}: {problem}")
+
+
 class InfeasibleError(HetrlError):
     """A job cannot run on a cluster at all (e.g. the models do not fit in memory)."""
 

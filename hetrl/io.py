@@ -18,25 +18,71 @@ from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS, cluster_preset
 from hetrl.spec.workload import WorkloadSpec
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (the last
+    one would silently win: a typo must never pass silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: PyYAML's own error says so
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict; a repeated name is an error (as for YAML)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise json.JSONDecodeError(f"duplicate key {key!r}", "", 0)
+        out[key] = value
+    return out
+
+
+def _where(exc: Exception) -> str:
+    """' at line L, column C' of a parse error, where the parser says."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}"
+    if isinstance(exc, json.JSONDecodeError) and exc.doc:
+        return f" at line {exc.lineno}, column {exc.colno}"
+    return ""
+
+
 def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
-    """Parse a YAML or JSON file (JSON is YAML) into a mapping; errors name the file."""
+    """Parse a YAML or JSON file (JSON is YAML) into a mapping; errors name the file, and for
+    malformed text the line and column."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(what, str(p), "cannot read: not UTF-8 text") from None
     except OSError as exc:
         raise SpecError(what, str(p), f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = (json.loads(text, object_pairs_hook=_unique_pairs) if p.suffix == ".json"
+                else yaml.load(text, _UniqueKeyLoader))
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError(what, str(p), f"malformed {p.suffix.lstrip('.') or 'YAML'}: {first}") from None
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        if isinstance(exc, json.JSONDecodeError):
+            problem = exc.msg
+        raise SpecError(what, str(p), f"malformed {p.suffix.lstrip('.') or 'YAML'}: {problem}"
+                                      f"{_where(exc)}") from None
     if not isinstance(data, dict):
         raise SpecError(what, str(p), "must contain a mapping at the top level")
     return data
 
 
 def _in_file(path: Path, exc: HetrlError) -> HetrlError:
-    if isinstance(exc, SpecError):
+    if isinstance(exc, SpecError) and exc.value != str(path):  # (else it names the file)
         return SpecError(f"{path.name}: {exc.field}", exc.value, exc.problem)
     return exc
 
@@ -73,12 +119,47 @@ def load_plan(path: str | Path) -> Plan:
         raise _in_file(p, exc) from None
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: never a truncated file."""
+def check_output_path(path: str | Path, field: str) -> Path:
+    """``path`` as a Path if a file can be written there (checked before long work, so that a
+    bad ``--out`` fails at once, not after the search): not a directory, and its nearest
+    existing ancestor a writable directory. ``field`` names the option in the error."""
     p = Path(path)
+    if not str(path):
+        raise SpecError(field, str(path), "must be a file path, not empty")
+    if p.is_dir():
+        raise SpecError(field, str(path), "is a directory; give a file path")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SpecError(field, str(path), f"cannot create it: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecError(field, str(path), f"cannot create it: {parent} is not writable")
+    return p
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (setting it to read
+    it would race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename: never a truncated file. The
+    file gets the usual permissions (0666 less the umask), not the temporary file's 0600."""
+    p = check_output_path(path, "output")
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()

@@ -141,8 +141,11 @@ def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iteration
         log.replans.append({"at_s": t_fail, "devices": cur_cluster.num_devices,
                             "scheduler": cur_plan.provenance.scheduler, "delay_s": delay})
         t0 = t_fail + delay
-    trace = Trace("sim", workload.name, cluster.name, tuple(spans), tuple(its),
-                  {"seed": seed, "events": events, "plan_scheduler": plan.provenance.scheduler})
+    meta = {"seed": seed, "events": events, "plan_scheduler": plan.provenance.scheduler}
+    if not log.replans:  # the specs it ran, as the real runner's traces carry (hetrl calibrate)
+        meta.update(workload_spec=workload.to_dict(), cluster_spec=cluster.to_dict(),
+                    plan=plan.to_dict())
+    trace = Trace("sim", workload.name, cluster.name, tuple(spans), tuple(its), meta)
     return SimResult(trace, _metrics(trace, sims, iterations, log, cluster), log)
 
 

@@ -167,6 +167,87 @@ def test_malformed_file(capsys, tmp_path):
     assert_user_error(code, err, "malformed json")
 
 
+def test_unreadable_and_ambiguous_files(capsys, tmp_path):
+    # not UTF-8: one line, not a UnicodeDecodeError
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe")
+    code, _, err = run(capsys, "describe", str(binary))
+    assert_user_error(code, err, "bin.yaml", "not UTF-8 text")
+    # a malformed file names the line and column
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes:\n  - {gpu: A100, count: 8\n")
+    code, _, err = run(capsys, "describe", str(path))
+    assert_user_error(code, err, "malformed yaml", "line 3, column 1")
+    # a repeated key would silently win: an error, in YAML and in JSON
+    workload = yaml.safe_load((EXAMPLES / "workload-ppo-mixed-sizes.yaml").read_text())
+    dup = tmp_path / "w.yaml"
+    dup.write_text(yaml.safe_dump(workload) + "batch_prompts: 8\n")
+    code, _, err = run(capsys, "describe", str(dup))
+    assert_user_error(code, err, "duplicate key 'batch_prompts'", "line")
+    dup_json = tmp_path / "p.json"
+    dup_json.write_text('{"groups": [], "groups": []}')
+    code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                       "-p", str(dup_json))
+    assert_user_error(code, err, "duplicate key 'groups'")
+    # a string where a boolean belongs is not read as true
+    workload["recompute"] = "false"
+    path = tmp_path / "w2.yaml"
+    path.write_text(yaml.safe_dump(workload))
+    code, _, err = run(capsys, "describe", str(path))
+    assert_user_error(code, err, "recompute = 'false'", "true or false")
+
+
+def test_option_values_are_checked_before_any_work(capsys, tmp_path):
+    est = ("estimate", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "--colocate")
+    code, _, err = run(capsys, *est, "--tp", "0")
+    assert_user_error(code, err, "hetrl estimate: error: --tp = '0': must be an integer >= 1")
+    code, _, err = run(capsys, *est, "--pp", "x")
+    assert_user_error(code, err, "--pp = 'x'")
+    plan = ("plan", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "-o", str(tmp_path / "p.json"))
+    code, _, err = run(capsys, *plan, "--budget-evals", "5", "--seed", "-1")
+    assert_user_error(code, err, "--seed = '-1': must be an integer >= 0")
+    code, _, err = run(capsys, *plan, "--budget-s", "inf")
+    assert_user_error(code, err, "--budget-s = 'inf': must be a finite number > 0")
+    # output paths: a directory, or under a file, fail at once (not after the search)
+    code, _, err = run(capsys, "plan", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8",
+                       "--budget-evals", "5", "-o", str(tmp_path))
+    assert_user_error(code, err, "--out", "is a directory")
+    (tmp_path / "file").write_text("")
+    code, _, err = run(capsys, *est, "--save-plan", str(tmp_path / "file" / "x.json"))
+    assert_user_error(code, err, "--save-plan", "is not a directory")
+    # a plan's layouts are its own
+    code, _, err = run(capsys, "estimate", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "-p",
+                       str(tmp_path / "p.json"), "--tp", "8")
+    assert_user_error(code, err, "--tp, --pp and --dp go with --colocate")
+
+
+def test_written_files_follow_the_umask(capsys, tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        code, _, _ = run(capsys, "estimate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                         "--colocate", "--save-plan", str(tmp_path / "plan.json"))
+    finally:
+        os.umask(old)
+    assert code == 0
+    assert (tmp_path / "plan.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_params_for_an_unknown_gpu_type_are_an_error(capsys, tmp_path):
+    est = ("estimate", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "--colocate", "--tp", "4")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"per_gpu": {"B300": {"train_flops": 0.05}}}))
+    code, _, err = run(capsys, *est, "--params", str(path))
+    assert_user_error(code, err, "params.per_gpu.B300", "unknown GPU type", "A100-80GB")
+    # a built-in short name means its type, as in cluster files
+    path.write_text(yaml.safe_dump({"per_gpu": {"A100": {"train_flops": 0.05}}}))
+    code, out, _ = run(capsys, *est, "--params", str(path), "--json")
+    slow = json.loads(out)["iteration_s"]
+    code, out, _ = run(capsys, *est, "--json")
+    assert slow > 2 * json.loads(out)["iteration_s"]
+
+
 def test_bad_field_in_a_spec_file(capsys, tmp_path):
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"nodes": [{"gpu": "A100", "region": "x"},
@@ -264,3 +345,32 @@ def test_python_dash_m_has_every_command(capsys):
     listed = set(re.findall(r"^    (\S+)", main_help, flags=re.MULTILINE))
     for name in COMMANDS:
         assert name in listed
+
+
+def test_plan_json_is_strict_json(capsys, tmp_path):
+    # verl's history starts with infeasible bests (inf): JSON has no Infinity, so null
+    code, out, _ = run(capsys, "plan", "-w", "qwen3-4b-grpo-sync", "-c", "hetero8-two-region",
+                       "-s", "verl", "--budget-evals", "300", "-o", str(tmp_path / "p.json"),
+                       "--json")
+    assert code == 0
+
+    def reject(constant):
+        raise ValueError(f"not JSON: {constant}")
+    data = json.loads(out, parse_constant=reject)
+    assert any(best is None for _, _, best in data["history"])
+    assert data["iteration_s"] > 0
+
+
+def test_a_simulated_trace_calibrates(capsys, tmp_path):
+    # docs/real.md: `hetrl simulate --trace-raw` output is an input of `hetrl calibrate`
+    plan, trace = tmp_path / "plan.json", tmp_path / "sim.json"
+    spec = ("-w", "tiny-grpo-sync", "-c", "tiny4-single-region")
+    assert run(capsys, "estimate", *spec, "--colocate", "--save-plan", str(plan))[0] == 0
+    assert run(capsys, "simulate", *spec, "-p", str(plan), "-n", "2", "--trace-raw",
+               str(trace))[0] == 0
+    meta = json.loads(trace.read_text())["meta"]
+    assert {"workload_spec", "cluster_spec", "plan"} <= set(meta)
+    code, out, err = run(capsys, "calibrate", "--traces", str(trace), "--out",
+                         str(tmp_path / "params.yaml"), "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["runs"]) == 1

@@ -145,7 +145,11 @@ class CostParams:
         for g, kinds in raw_per.items():
             require(isinstance(kinds, Mapping), f"params.per_gpu.{g}", kinds,
                     "must be a mapping kind -> efficiency")
-        per = tuple((str(g), str(k), _number(f"params.per_gpu.{g}.{k}", v))
+        # built-in short names (A100) mean their type (A100-80GB), as in cluster files
+        from hetrl.spec.hardware import gpu_aliases
+
+        aliases = gpu_aliases()
+        per = tuple((aliases.get(str(g), str(g)), str(k), _number(f"params.per_gpu.{g}.{k}", v))
                     for g, kinds in raw_per.items() for k, v in kinds.items())
         try:
             return cls(defaults=tuple(defaults.items()), per_gpu=per, **values)

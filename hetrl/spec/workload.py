@@ -51,6 +51,10 @@ class WorkloadSpec:
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
+        require(isinstance(self.name, str) and self.name != "", "name", self.name,
+                "must be a non-empty string")
+        require(isinstance(self.recompute, bool), "recompute", self.recompute,
+                "must be true or false (a YAML boolean, not a string)")
         require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
                 f"must be one of {list(ALGORITHMS)}")
         require(self.mode in MODES, "mode", self.mode, f"must be one of {list(MODES)}")
