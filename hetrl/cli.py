@@ -136,6 +136,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hetrl.describe import describe_cluster, describe_workload, format_cluster, format_workload
+    from hetrl.errors import SpecError
     from hetrl.io import load_cluster, load_workload, read_mapping
     from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
 
@@ -145,10 +146,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
     elif target in WORKLOAD_PRESETS:
         is_cluster = False
     elif Path(target).exists():
-        is_cluster = "nodes" in read_mapping(target, "describe")
+        data = read_mapping(target, "describe")
+        is_cluster = "nodes" in data
+        if not is_cluster and "algorithm" not in data:
+            raise SpecError("describe", target, "neither a cluster (it has no 'nodes') nor a "
+                            f"workload (no 'algorithm'); its keys: {sorted(data)}")
     else:
-        raise HetrlError(f"describe: {target!r} is neither a preset nor a file; "
-                         "see `hetrl presets` for the names")
+        raise SpecError("describe", target, "neither a preset nor a file; see `hetrl presets` "
+                        "for the names")
     if is_cluster:
         info = describe_cluster(load_cluster(target))
         emit(args, info, format_cluster(info))

@@ -28,6 +28,12 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
     for d in cluster.devices:
         region = by_region.setdefault(d.region, {})
         region[d.gpu.name] = region.get(d.gpu.name, 0) + 1
+    first = 0
+    nodes = []  # the names fault files and errors use, with each node's device ids
+    for n in cluster.nodes:
+        nodes.append({"name": n.name, "gpu": n.gpu, "count": n.count, "region": n.region,
+                      "zone": n.zone, "edge": n.edge, "devices": [first, first + n.count - 1]})
+        first += n.count
     return {
         "name": cluster.name,
         "num_devices": cluster.num_devices,
@@ -40,6 +46,7 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
         "aggregate_memory_gb": float(np.sum(topo.memory_bytes) / 1e9),
         "one_way_latency_s": lat,
         "bandwidth_gbps": bandwidth,
+        "nodes": nodes,
     }
 
 
@@ -56,6 +63,11 @@ def format_cluster(info: dict[str, Any]) -> str:
         lat, bw = info["one_way_latency_s"], info["bandwidth_gbps"]
         lines.append(f"  between nodes: one-way latency {lat['min'] * 1e3:.2f}-{lat['max'] * 1e3:.2f} ms,"
                      f" bandwidth {bw['min']:.2f}-{bw['max']:.2f} Gbps")
+    lines.append("  nodes (name: GPUs, region/zone, device ids):")
+    for n in info["nodes"]:
+        lo, hi = n["devices"]
+        lines.append(f"    {n['name']}: {n['count']} x {n['gpu']}, {n['region']}/{n['zone']}"
+                     f"{', edge' if n['edge'] else ''}, devices {lo}-{hi}")
     return "\n".join(lines)
 
 

@@ -374,3 +374,16 @@ def test_a_simulated_trace_calibrates(capsys, tmp_path):
                          str(tmp_path / "params.yaml"), "--json")
     assert code == 0, err
     assert len(json.loads(out)["runs"]) == 1
+
+
+def test_describe_names_the_nodes_and_rejects_other_files(capsys, tmp_path):
+    code, out, _ = run(capsys, "describe", "paper64-multi-country", "--json")
+    nodes = json.loads(out)["nodes"]
+    assert [n["devices"] for n in nodes[:2]] == [[0, 7], [8, 15]]
+    assert nodes[0]["name"] == "n0-A100-80GB"  # the name fault files use
+    code, out, _ = run(capsys, "describe", "paper64-multi-country")
+    assert "n7-L4: 8 x L4" in out
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"per_gpu": {"A100": {"train_flops": 0.5}}}))
+    code, _, err = run(capsys, "describe", str(params))
+    assert_user_error(code, err, "neither a cluster", "its keys: ['per_gpu']")
