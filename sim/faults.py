@@ -113,6 +113,11 @@ class FaultScenario:
             replan = Replan(**r)
             require(replan.budget_evals >= 1, "faults.replan.budget_evals", replan.budget_evals, "must be >= 1")
             require(replan.delay_s >= 0, "faults.replan.delay_s", replan.delay_s, "must be >= 0")
+            from hetrl.search import SCHEDULERS, load_all
+
+            load_all()  # checked now, not when the fault fires
+            require(replan.scheduler in SCHEDULERS, "faults.replan.scheduler", replan.scheduler,
+                    f"unknown scheduler; known: {sorted(SCHEDULERS)}")
         return cls(tuple(sorted(events, key=lambda e: e.at_s)), replan)
 
 

@@ -268,6 +268,8 @@ def _nodes_from(raw: Any, types: tuple[GPUType, ...]) -> tuple[NodeSpec, ...]:
         gpu = gpu_type(str(entry["gpu"]), types, field=f"{f}.gpu").name
         repeat = positive_int(f"{f}.repeat", entry.get("repeat", 1))
         count = positive_int(f"{f}.count", entry.get("count", 8))
+        # checked here too, so that the error names the entry in the file, not its repeats
+        require(count <= 64, f"{f}.count", count, "must be <= 64 GPUs per node")
         edge = entry.get("edge", False)
         require(isinstance(edge, bool), f"{f}.edge", edge, "must be true or false")
         nic = entry.get("nic_gbps")

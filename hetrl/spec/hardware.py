@@ -54,8 +54,9 @@ class GPUType:
         require(isinstance(data, Mapping), field, data, "must be a mapping")
         known = set(cls.__dataclass_fields__)
         extra = set(data) - known
-        require(not extra, f"{field}.{sorted(extra)[0]}" if extra else field, None,
-                f"unknown key; known keys: {sorted(known)}")
+        first = sorted(extra)[0] if extra else None
+        require(not extra, f"{field}.{first}" if extra else field,
+                data.get(first) if extra else None, f"unknown key; known keys: {sorted(known)}")
         for key in ("name", "bf16_tflops", "memory_gb", "hbm_gbps"):
             require(key in data, f"{field}.{key}", None, "is required")
         name = data["name"]

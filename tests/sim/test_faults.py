@@ -47,6 +47,9 @@ def test_bad_scenario_keys_name_the_field():
         parse([], replan={"budget": 3})
     with pytest.raises(SpecError, match=r"^faults\.replan\.budget_evals"):
         parse([], replan={"budget_evals": 0})
+    # an unknown scheduler is an error when the file loads, not when the fault fires
+    with pytest.raises(SpecError, match=r"^faults\.replan\.scheduler = 'nosuch': unknown"):
+        parse([], replan={"scheduler": "nosuch"})
 
 
 def test_good_scenario_parses_sorted_by_time():

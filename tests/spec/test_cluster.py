@@ -274,8 +274,10 @@ def test_malformed_yaml_file(tmp_path):
     path.write_text("nodes: [{gpu: A100, count: 8\n")
     with pytest.raises(SpecError) as err:
         load_cluster(path)
-    assert err.value.field == "broken.yaml: cluster"
+    # the value is the file's path (named once), and the parser's line and column follow
+    assert (err.value.field, err.value.value) == ("cluster", str(path))
     assert "malformed yaml" in str(err.value) and "\n" not in str(err.value)
+    assert "line 2, column 1" in str(err.value)
 
 
 def test_file_errors_name_the_file_and_field(tmp_path):
@@ -289,3 +291,16 @@ def test_file_errors_name_the_file_and_field(tmp_path):
         load_cluster(path)
     with pytest.raises(SpecError, match="neither a preset nor a file"):
         load_cluster(tmp_path / "missing.yaml")
+
+
+def test_node_errors_name_the_entry_in_the_file():
+    # the fifth entry (nodes[4]) comes after repeats: the error names it, not nodes[6]
+    nodes = [{"gpu": "A100", "repeat": 3}, {"gpu": "L4"}, {"gpu": "L4"}, {"gpu": "L4"},
+             {"gpu": "L4", "count": 65}]
+    with pytest.raises(SpecError, match=r"^nodes\[4\]\.count = 65: must be <= 64"):
+        ClusterSpec.from_dict({"nodes": nodes})
+    # an unknown key of a user GPU type shows its value
+    with pytest.raises(SpecError, match=r"^gpu_types\[0\]\.colour = 'red': unknown key"):
+        ClusterSpec.from_dict({"gpu_types": [{"name": "X", "bf16_tflops": 1, "memory_gb": 1,
+                                              "hbm_gbps": 1, "colour": "red"}],
+                               "nodes": [{"gpu": "X"}]})
