@@ -168,10 +168,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
 @command("validate", "check that a plan fits a workload and a cluster", _wcp)
 def cmd_validate(args: argparse.Namespace) -> int:
     from hetrl.io import load_cluster, load_plan, load_workload
-    from hetrl.plan import validate
 
-    workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
-    validate(plan, workload, cluster)
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    plan = load_plan(args.plan, workload, cluster)
     emit(args, {"valid": True, "tasks": [p.task for p in plan.placements],
                 "devices": len(plan.device_ids)},
          f"plan is valid: {len(plan.placements)} tasks on {len(plan.device_ids)} devices")

@@ -89,7 +89,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise HetrlError("--save-plan goes with --colocate")
         if args.tp != 1 or args.pp != 1 or args.dp is not None:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
-        plan = load_plan(args.plan)
+        plan = load_plan(args.plan, workload, cluster)
     est = CostModel(workload, cluster, params).estimate(plan)
     emit(args, est.to_dict(), _format(est, workload, cluster))
     return 0

@@ -76,7 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.io import load_cluster, load_plan, load_workload, write_text_atomic
     from real.report import run_report
 
-    workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
     try:
         from real.runner import RunConfig, run_plan

@@ -33,7 +33,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sim import simulate
     from sim.faults import FaultScenario
 
-    workload, cluster, plan = load_workload(args.workload), load_cluster(args.cluster), load_plan(args.plan)
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    plan = load_plan(args.plan, workload, cluster)
     if args.iterations < 1:
         raise SpecError("--iterations", args.iterations, "must be >= 1")
     faults = None

@@ -111,10 +111,18 @@ def load_cluster(ref: str | Path) -> ClusterSpec:
     return _load_spec(ref, "cluster", CLUSTER_PRESETS, cluster_preset, ClusterSpec.from_dict)
 
 
-def load_plan(path: str | Path) -> Plan:
+def load_plan(path: str | Path, workload: WorkloadSpec | None = None,
+              cluster: ClusterSpec | None = None) -> Plan:
+    """A plan from a YAML/JSON file; with ``workload`` and ``cluster`` also validated against
+    them. Errors name the file."""
+    from hetrl.plan import validate
+
     p = Path(path)
     try:
-        return Plan.from_dict(read_mapping(p, "plan"))
+        plan = Plan.from_dict(read_mapping(p, "plan"))
+        if workload is not None and cluster is not None:
+            validate(plan, workload, cluster)
+        return plan
     except HetrlError as exc:
         raise _in_file(p, exc) from None
 

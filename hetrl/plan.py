@@ -270,6 +270,9 @@ def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
     missing = [t for t in tasks if t not in seen_tasks]
     require(not missing, "groups", missing, "tasks missing from every group")
     placed = [p.task for p in plan.placements]
+    for i, t in enumerate(placed):  # a misspelt task is named as such, not as a missing one
+        require(t in tasks, f"placements[{i}].task", t,
+                f"not a task of {workload.algorithm}: {list(tasks)}")
     for t in tasks:
         require(placed.count(t) == 1, "placements", t,
                 f"need exactly one placement per task, found {placed.count(t)}")

@@ -267,8 +267,16 @@ def test_invalid_plan(capsys, tmp_path, grpo4b, a100x8):
     code, out, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
                          "-p", str(path))
     assert out == ""
-    assert_user_error(code, err, "hetrl validate: error: placements[actor_generation].tp = 3",
+    assert_user_error(code, err,
+                      "hetrl validate: error: plan.yaml: placements[actor_generation].tp = 3",
                       "must divide Qwen3-4B's 32 attention heads")
+    # a misspelt task is named as such
+    d = colocated_plan(grpo4b, a100x8, tp=2).to_dict()
+    d["placements"][0]["task"] = "actor_gen"
+    path.write_text(yaml.safe_dump(d))
+    code, out, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                         "-p", str(path))
+    assert_user_error(code, err, "plan.yaml: placements[0].task = 'actor_gen'", "not a task")
 
 
 def test_plan_for_another_cluster(capsys, tmp_path, grpo4b, paper_clusters):
