@@ -831,12 +831,14 @@ def _dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) 
             if g.nodes > 1:
                 # the group's share of each node's uplink; its ring crosses a node with one
                 # flow, its tree with one per device of the group on the node
-                shares = [(uplink[n] * stage_bytes[j] / load[n], count)
-                          for n, count in nodes.items()]
-                g = GroupLinks(g.n, g.ring_latency_s, min(g.ring_Bps, min(s for s, _ in shares)),
-                               g.nodes, g.per_node, g.intra_latency_s, g.intra_Bps,
-                               g.inter_latency_s, g.inter_Bps,
-                               min(g.cross_Bps, min(s / c for s, c in shares)))
+                ring, cross, b = g.ring_Bps, g.cross_Bps, stage_bytes[j]
+                for n, count in nodes.items():
+                    share = uplink[n] * b / load[n]
+                    ring = share if share < ring else ring
+                    cross = share / count if share / count < cross else cross
+                g = GroupLinks(g.n, g.ring_latency_s, ring, g.nodes, g.per_node,
+                               g.intra_latency_s, g.intra_Bps, g.inter_latency_s, g.inter_Bps,
+                               cross)
             groups.append((j, gpu, g))
     return stages, groups
 
