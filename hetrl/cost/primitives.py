@@ -194,8 +194,9 @@ def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
         return 0.0
     bw = g.ring_Bps * efficiency
     ring = 2 * (n - 1) * g.ring_latency_s + 2 * (n - 1) / n * nbytes / bw
-    tree = 2 * _log2(n) * g.ring_latency_s + 2 * nbytes / (min(g.ring_Bps, g.cross_Bps) * efficiency)
-    best = min(ring, tree)
+    tree_bw = bw if g.ring_Bps <= g.cross_Bps else g.cross_Bps * efficiency  # (hot: no min())
+    tree = 2 * _log2(n) * g.ring_latency_s + 2 * nbytes / tree_bw
+    best = ring if ring < tree else tree
     if g.nodes > 1 and g.per_node >= 1:
         k, m = g.nodes, g.per_node
         intra = 0.0
@@ -218,8 +219,9 @@ def all_gather_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
         return 0.0
     bw = g.ring_Bps * efficiency
     ring = (n - 1) * g.ring_latency_s + (n - 1) / n * nbytes / bw
-    tree = _log2(n) * g.ring_latency_s + nbytes / (min(g.ring_Bps, g.cross_Bps) * efficiency)
-    return min(ring, tree)
+    tree_bw = bw if g.ring_Bps <= g.cross_Bps else g.cross_Bps * efficiency
+    tree = _log2(n) * g.ring_latency_s + nbytes / tree_bw
+    return ring if ring < tree else tree
 
 
 reduce_scatter_time = all_gather_time
