@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 
 from hetrl.cli import _json_flag, command, emit, output_path, positive_float, positive_int
-from hetrl.errors import SpecError
 
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
@@ -80,8 +79,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hetrl.io import dump
     from real.calibrate import fit_params, format_result, load_runs, result_json
 
-    if args.sweeps < 1:
-        raise SpecError("--sweeps", args.sweeps, "must be >= 1")
     runs = load_runs(args.traces)
     result = fit_params(runs, load_params(args.params), max_sweeps=args.sweeps)
     dump(result.params.to_dict(), args.out)

@@ -28,15 +28,12 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
 @command("simulate", "replay iterations of a plan in the discrete-event simulator", _sim_args)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
-    from hetrl.errors import SpecError
     from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, write_text_atomic
     from sim import simulate
     from sim.faults import FaultScenario
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
-    if args.iterations < 1:
-        raise SpecError("--iterations", args.iterations, "must be >= 1")
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}

@@ -5,13 +5,14 @@ every training stage that trains some of those layers it pulls that part from a 
 stage with the quickest path to it (latency + bytes / bandwidth), spreading pulls over equally
 quick sources; the pulls from different stages run in parallel. (With training tp > 1 a stage's
 slice is taken from one device of the stage: the bytes are right, the sources per rank are
-approximated.) Free when the generation and training layouts are identical on
-the same devices in sync mode (the weights are shared in place); a device-local copy in async
-mode (generation keeps its own copy; read and written, 2 x the shard's bytes over HBM). A device that trains in another layout holds a different
-shard and fetches its generation shard from another training device (no partial reuse), unless
-it trains a whole replica (tp = pp = 1): then a local copy. Concurrent pulls share node NICs: the
-time is the largest of the slowest single pull, every node's bytes in or out over its uplink (NIC, or
-an edge node's slow link) and every device's bytes in or out over its GPU link (NVLink/PCIe).
+approximated.) Free when the generation and training layouts are identical on the same devices
+in sync mode (the weights are shared in place); a device-local copy in async mode (generation
+keeps its own copy; read and written, 2 x the shard's bytes over HBM). A device that trains in
+another layout holds a different shard and fetches its generation shard from another training
+device (no partial reuse), unless it trains a whole replica (tp = pp = 1): then a local copy.
+Concurrent pulls share node NICs: the time is the largest of the slowest single pull, every
+node's bytes in or out over its uplink (NIC, or an edge node's slow link) and every device's
+bytes in or out over its GPU link (NVLink/PCIe).
 """
 
 from __future__ import annotations
