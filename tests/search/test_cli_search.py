@@ -105,9 +105,20 @@ def test_missing_budget(capsys, tmp_path):
 
 
 def test_bad_budget_values(capsys, tmp_path):
+    # the command line names its own options (the library's Budget names budget.evaluations)
     code, _, err = run(capsys, "plan", "-w", "qwen3-4b-grpo-sync", "-c", "hetero16-two-region",
                        "--budget-evals", 0, "-o", tmp_path / "p.json")
-    assert_user_error(code, err, "budget.evaluations", ">= 1")
+    assert_user_error(code, err, "--budget-evals = '0'", ">= 1")
     code, _, err = run(capsys, "plan", "-w", "qwen3-4b-grpo-sync", "-c", "hetero16-two-region",
                        "--budget-s", -1, "-o", tmp_path / "p.json")
-    assert_user_error(code, err, "budget.seconds", "> 0")
+    assert_user_error(code, err, "--budget-s = '-1'", "> 0")
+
+
+def test_the_library_budget_names_its_fields():
+    from hetrl.errors import SpecError
+    from hetrl.search import Budget
+
+    with pytest.raises(SpecError, match=r"^budget\.evaluations = 0: must be >= 1"):
+        Budget(evaluations=0)
+    with pytest.raises(SpecError, match=r"^budget\.seconds = -1: must be > 0"):
+        Budget(seconds=-1)
