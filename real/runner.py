@@ -126,6 +126,10 @@ class RealRun:
     def __init__(self, workload: WorkloadSpec, cluster: ClusterSpec, plan: Plan,
                  config: RunConfig = RunConfig()):
         validate(plan, workload, cluster)
+        # before Ray starts: else the run waits for GPU resources no node has
+        require(config.device != "cuda" or torch.cuda.is_available(), "device", config.device,
+                "no CUDA device is available here (torch.cuda.is_available() is False); "
+                "use --device cpu")
         check_supported(plan, workload)
         for role, shape in workload.models:
             require(shape.params <= 50_000_000, f"models.{role}", shape.name,

@@ -63,3 +63,12 @@ def test_run_bad_input(capsys, tmp_path, argv, fragments):
     code, _, err = run(capsys, "run", *argv, "--trace", str(tmp_path / "t.json"))
     assert_user_error(code, err, "hetrl run: error:", *fragments)
     assert not (tmp_path / "t.json").exists()
+
+
+def test_run_cuda_without_a_gpu_says_so(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    code, _, err = run(capsys, "run", "-p", PLAN, "-c", "tiny4-single-region", "-w",
+                       "tiny-grpo-sync", "--device", "cuda")
+    assert_user_error(code, err, "hetrl run: error: device = 'cuda'", "no CUDA device")
