@@ -9,12 +9,10 @@ class HetrlError(Exception):
     """Base of every error caused by bad input; the CLI prints it in one line and exits 2."""
 
 
-class SpecError(HetrlError, ValueError):
-    """A spec, plan or file field has a bad value.
-
-    ``field`` is a dotted path (e.g. ``nodes[2].gpu``), ``value`` the offending value and
-    ``problem`` a short statement of the limit that was broken.
-    """
+class FieldError(HetrlError):
+    """A named input has a bad value: ``field`` (a dotted path such as ``nodes[2].gpu``, or an
+    option such as ``--tp``), ``value`` the offending value and ``problem`` a short statement of
+    the limit that was broken."""
 
     def __init__(self, field: str, value: Any, problem: str):
         self.field = field
@@ -23,14 +21,14 @@ class SpecError(HetrlError, ValueError):
         super().__init__(f"{field} = {value!r}: {problem}")
 
 
-class OptionError(HetrlError):
-    """A command-line option has a bad value (checked while the arguments are parsed, before any
-    work): the option, the value and the limit. Not a ValueError, so that argparse passes it on
-    instead of turning it into its own usage message."""
+class SpecError(FieldError, ValueError):
+    """A spec, plan or file field has a bad value (see :class:`FieldError`)."""
 
-    def __init__(self, option: str, value: Any, problem: str):
-        self.field, self.value, self.problem = option, value, problem
-        super().__init__(f"{option} = {value!r}: {problem}")
+
+class OptionError(FieldError):
+    """A command-line option has a bad value (checked while the arguments are parsed, before any
+    work). Not a ValueError, so that argparse passes it on instead of turning it into its own
+    usage message."""
 
 
 class InfeasibleError(HetrlError):

@@ -71,9 +71,10 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
         data = (json.loads(text, object_pairs_hook=_unique_pairs) if p.suffix == ".json"
                 else yaml.load(text, _UniqueKeyLoader))
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         if isinstance(exc, json.JSONDecodeError):
             problem = exc.msg
+        else:
+            problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise SpecError(what, str(p), f"malformed {p.suffix.lstrip('.') or 'YAML'}: {problem}"
                                       f"{_where(exc)}") from None
     if not isinstance(data, dict):

@@ -2,9 +2,10 @@
 every unavoidable byte streamed at the cluster's full HBM bandwidth (efficiency 1, no network).
 
 FLOPs: generation (prefill, whose output head runs for one position per sequence, + one forward
-per generated token, attention over the growing context), a forward over every sequence for each inference task, and 3 forwards (forward +
-backward) for each training task. Bytes: decode must read the actor's weights once per decode
-step -- at least E[longest response] steps -- and every KV entry of the context at every step.
+per generated token, attention over the growing context), a forward over every sequence for
+each inference task, and 3 forwards (forward + backward) for each training task. Bytes: decode
+must read the actor's weights once per decode step -- at least E[longest response] steps -- and
+every KV entry of the context at every step.
 The bound is max(FLOPs / sum of peak FLOP/s, bytes / sum of HBM bandwidth) seconds.
 """
 
