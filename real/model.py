@@ -6,6 +6,7 @@ build the same (spec, seed) hold bit-identical weights without exchanging them.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,13 @@ from transformers.masking_utils import create_causal_mask
 from hetrl.errors import positive_int, require
 from hetrl.spec.model import ModelShape
 from real.tokenizer import BOS, EOS, PAD, ByteTokenizer
+
+#: The keyword that passes a KV cache to a transformers model's forward: ``cache`` in recent
+#: transformers 5 releases, ``past_key_values`` in earlier ones (5.17 has only that). Either way
+#: an unknown keyword is swallowed by the forward's ``**kwargs``, so passing the wrong one would
+#: silently drop the cache; found when the GPU machine's transformers 5.17 ran the engines.
+CACHE_KWARG = ("cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters
+               else "past_key_values")
 
 
 @dataclass(frozen=True)
@@ -169,8 +177,8 @@ class StageModule(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
         position_embeddings = self.model.rotary_emb(hidden, position_ids)
-        mask = create_causal_mask(config=self.config, inputs_embeds=hidden, attention_mask=None,
-                                  cache=None)
+        # the cache is the fourth argument, named past_key_values or cache by version: positional
+        mask = create_causal_mask(self.config, hidden, None, None)
         for layer in self.model.layers.values():
             hidden = layer(hidden, attention_mask=mask, position_ids=position_ids,
                            position_embeddings=position_embeddings)

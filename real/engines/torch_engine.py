@@ -17,6 +17,7 @@ from hetrl.errors import require
 from real.algos import TRAINER_ROLES, AlgoConfig, align_to_actions, token_log_probs, trainer_loss
 from real.engines.base import Extras, RolloutBatch, check_generate_args
 from real.model import (
+    CACHE_KWARG,
     StageModule,
     TinyModelSpec,
     build_causal_lm,
@@ -84,7 +85,7 @@ class TorchRollout:
         out_tokens = []
         for _ in range(max_new_tokens):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                cache=cache, use_cache=True).logits[:, -1].float()
+                                use_cache=True, **{CACHE_KWARG: cache}).logits[:, -1].float()
             if temperature == 0:
                 token = logits.argmax(dim=-1)
             else:
