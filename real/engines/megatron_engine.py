@@ -60,19 +60,26 @@ def import_megatron() -> Any:
 @contextlib.contextmanager
 def cpu_shims() -> Iterator[None]:
     """Let a megatron-core forward pass run on CPU: ``torch.cuda.current_device()`` returns
-    ``"cpu"`` and the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured),
-    both restored on exit. Process-global while active; for tests only."""
-    from megatron.core import tensor_parallel
+    ``"cpu"``, the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured) and
+    Megatron's global scratch buffer is a fresh one (a CUDA engine built earlier in the process
+    leaves CUDA tensors in it, which the attention would reuse), all restored on exit.
+    Process-global while active; for tests only."""
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.utils import GlobalMemoryBuffer
 
     tracker = tensor_parallel.get_cuda_rng_tracker()
     saved_device, saved_fork = torch.cuda.current_device, tracker.fork
+    saved_buffer = parallel_state._GLOBAL_MEMORY_BUFFER
     torch.cuda.current_device = lambda: "cpu"
     tracker.fork = lambda *args, **kwargs: contextlib.nullcontext()
+    if saved_buffer is not None:
+        parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
     try:
         yield
     finally:
         torch.cuda.current_device = saved_device
         tracker.fork = saved_fork
+        parallel_state._GLOBAL_MEMORY_BUFFER = saved_buffer
 
 
 def _free_port() -> int:
