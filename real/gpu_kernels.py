@@ -19,7 +19,8 @@ transformers on one device; each figure is the shortest of timed repetitions
   the same FLOPs x 1;
 - ``decode_hbm``: one decode step of ``decode_batch`` sequences at context ``context`` with the
   KV cache of a prefill: bytes = weights + batch x context x KV bytes per token (as
-  ``hetrl.cost.tasks`` charges a saturated step) over ``hbm_gbps``.
+  ``hetrl.cost.tasks`` charges a saturated step) over ``hbm_gbps``; ``--profile-decode`` adds
+  torch.profiler's table of three such steps (``DIR/decode_profile.txt``).
 
 transformers runs eagerly (no CUDA graphs, no fused or paged kernels; its cache appends with a
 copy), so the model rows are what this stack reaches -- a floor under vLLM and Megatron, not
@@ -58,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=1024, help="decode context tokens (default 1024)")
     p.add_argument("--budget", type=float, default=2.0,
                    help="seconds of timed repetitions per row (default 2)")
+    p.add_argument("--profile-decode", action="store_true",
+                   help="also profile three decode steps (torch.profiler) into "
+                   "DIR/decode_profile.txt")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="torch device (cpu: for tests, with --gpu-type)")
     p.add_argument("--gpu-type", default=None,
@@ -137,6 +141,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
     peak_Bps = gpu.hbm_gbps * 1e9
     stage = StageShape(shape, shape.layers, 1, True, True, True, 2)
     rows: dict[str, Any] = {}
+    profiles: dict[str, str] = {}
 
     def attempt(name: str, fn: Any) -> None:
         try:
@@ -220,6 +225,8 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
                 model(input_ids=nxt, use_cache=True, **cache)
 
         s = _best_seconds(step, args.budget, sync, max_reps=64)
+        if args.profile_decode:
+            profiles["decode"] = _profile(torch, dev, step)
         bytes_ = stage.weight_bytes - shape.vocab * shape.hidden * 2 \
             + b * c * stage.kv_bytes_per_token  # the input embedding is gathered, not streamed
         step_flops = b * (stage.matmul_flops_per_token + stage.attn_flops_per_token_ctx * c)
@@ -233,7 +240,23 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
     attempt("infer_flops", infer)
     attempt("decode_hbm", decode)
     return {"model": shape.name, "layers": shape.layers, "params": shape.params,
-            "attention": model.config._attn_implementation, "build_s": build_s, "rows": rows}
+            "attention": model.config._attn_implementation, "build_s": build_s, "rows": rows,
+            "profiles": profiles}
+
+
+def _profile(torch: Any, dev: str, step: Any, reps: int = 3) -> str:
+    """torch.profiler's table of ``reps`` calls of ``step``, by device time on CUDA (host time
+    on CPU): where a step's time goes, host or device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(reps):
+            step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+    key = "device_time_total" if dev == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    for name, table in result.pop("profiles").items():
+        write_text_atomic(out / f"{name}_profile.txt", table + "\n")
     text = json.dumps(result, indent=1)
     write_text_atomic(out / "kernels.json", text + "\n")
     print(text)

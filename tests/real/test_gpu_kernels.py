@@ -17,7 +17,8 @@ TINY = ["--device", "cpu", "--gpu-type", "H200", "--model", "tiny-qwen3", "--bud
 
 
 def test_rows_on_cpu(tmp_path):
-    assert gpu_kernels.main(["--out", str(tmp_path), *TINY]) == 0
+    assert gpu_kernels.main(["--out", str(tmp_path), *TINY, "--profile-decode"]) == 0
+    assert "aten::" in (tmp_path / "decode_profile.txt").read_text()
     result = json.loads((tmp_path / "kernels.json").read_text())
     assert result["gpu_type"] == "H200" and result["model"] == "tiny-qwen3"
     rows = result["rows"]
