@@ -191,7 +191,8 @@ class Arm:
                  load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
                  p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
                  type_blocks: bool = True, split_turns: int = 6,
-                 kick_moves: int = 3, split_triples: bool = True, split_halving: bool = True):
+                 kick_moves: int = 3, split_triples: bool = True, split_halving: bool = True,
+                 split_light: bool = True):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -215,6 +216,9 @@ class Arm:
         #: whether only the better half of a split's (shape, offset) candidates still turning
         #: goes on after each turn (see :meth:`_split`)
         self.split_halving = split_halving
+        #: whether a pair split starts from its base with every other task of the group in its
+        #: least-memory option (see :meth:`light_base`)
+        self.split_light = split_light
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -494,6 +498,25 @@ class Arm:
             out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
         return out
 
+    def light_base(self, g: Genotype, tasks: tuple[str, ...]) -> Genotype:
+        """``g`` with every task but ``tasks`` in its least-memory (layout, offset) option (the
+        least own bytes per GPU; ties: its own offset, then the most GPUs). A pair split moves
+        two tasks onto windows where the group's other tasks may already hold their weights: on
+        a crowded base the fastest splits break memory and rank last, though the sweep that
+        follows could move what crowds them (measured: paper64, a co-located arm stuck at
+        103.12 s, its critic inference's whole model on the L4s the training split wanted;
+        from the light base the same pass found 82.40 s). The sweep then gives the other tasks
+        back their best options."""
+        for t, _ in g.layouts:
+            if t in tasks:
+                continue
+            own = g.offset(t)
+            lay, off = min(self._options(t, self.group_size[t]),
+                           key=lambda o: (self._need(t, o[0]), o[1] != own,
+                                          -o[0][0] * o[0][1] * o[0][2]))
+            g = g.with_layout(t, lay).with_offset(t, off)
+        return g
+
     def _split_shapes(self, tasks: tuple[str, ...], n: int
                       ) -> Iterator[tuple[tuple[str, ...], tuple[int, ...], list[list[Layout]]]]:
         """The ways :meth:`_split` puts ``tasks`` on consecutive windows of a group of ``n``
@@ -538,6 +561,8 @@ class Arm:
         through memory (a task that needs less leaves more KV cache to generation), so
         single-task moves alone miss such plans."""
         k = len(tasks)
+        if k == 2 and self.split_light:
+            base = self.light_base(base, tasks)
         splits: list[_SplitRun] = []  # one per (shape, offset)
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
