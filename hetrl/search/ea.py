@@ -216,8 +216,8 @@ class Arm:
         #: whether only the better half of a split's (shape, offset) candidates still turning
         #: goes on after each turn (see :meth:`_split`)
         self.split_halving = split_halving
-        #: whether a pair split starts from its base with every other task of the group in its
-        #: least-memory option (see :meth:`light_base`)
+        #: whether a pair split with a training task starts from its base with every other
+        #: task of the group in its least-memory option (see :meth:`light_base`)
         self.split_light = split_light
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
@@ -237,6 +237,7 @@ class Arm:
         #: genotype after this many random moves (:meth:`mutate`); 0: no further passes
         self.kick_moves = kick_moves
         wl = model.workload
+        self._training = {t.name for t in wl.tasks if t.kind == "training"}
         self.training_groups = [i for i, g in enumerate(groups)
                                 if any(wl.task(t).kind == "training" for t in g)]
         self.layout_options = {t: candidate_layouts(wl, t, sizes[i])
@@ -506,9 +507,18 @@ class Arm:
         follows could move what crowds them (measured: paper64, a co-located arm stuck at
         103.12 s, its critic inference's whole model on the L4s the training split wanted;
         from the light base the same pass found 82.40 s). The sweep then gives the other tasks
-        back their best options."""
+        back their best options. Used for pairs with a training task (``split_light``): training
+        keeps gradients and optimizer states besides its weights, so its windows are the ones
+        other tasks' weights fill. Not for other pairs, whose splits a light base ranks in a
+        context far from the plan's (hetero16 GRPO's inference pair: 139.11 s, where its split
+        from the base finds 137.61 s), nor in addition to the base's split (paper64: the extra
+        split slowed the passes, 25,000 evaluations, seeds 0-7: mean 87.8 s against 82.9 s).
+        Lightening only the tasks that hold over half the smallest GPU, or splitting again from
+        this base only when the base's split found nothing, kept none of paper64's gain; the
+        cost: hetero16 PPO, 20 s, 202.36 s against 198.72 s (docs/search-history.md)."""
+        group = next(grp for grp in self.groups if tasks[0] in grp)
         for t, _ in g.layouts:
-            if t in tasks:
+            if t in tasks or t not in group:
                 continue
             own = g.offset(t)
             lay, off = min(self._options(t, self.group_size[t]),
@@ -561,8 +571,6 @@ class Arm:
         through memory (a task that needs less leaves more KV cache to generation), so
         single-task moves alone miss such plans."""
         k = len(tasks)
-        if k == 2 and self.split_light:
-            base = self.light_base(base, tasks)
         splits: list[_SplitRun] = []  # one per (shape, offset)
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
@@ -765,8 +773,10 @@ class Arm:
                         yield
                         base = blocked
                 for i, tasks in enumerate(self._splits()):
-                    yield from self._split(ev, tasks, size[tasks[0]],
-                                           base if i == 0 else current()[1], trial)
+                    split_base = base if i == 0 else current()[1]
+                    if self.split_light and len(tasks) == 2 and self._training & set(tasks):
+                        split_base = self.light_base(split_base, tasks)
+                    yield from self._split(ev, tasks, size[tasks[0]], split_base, trial)
             for t in [t for t, _ in current()[1].layouts]:
                 base = current()[1]
                 cur = (base.layout(t), base.offset(t))
