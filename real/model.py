@@ -22,6 +22,8 @@ from real.tokenizer import BOS, EOS, PAD, ByteTokenizer
 #: transformers 5 releases, ``past_key_values`` in earlier ones (5.17 has only that). Either way
 #: an unknown keyword is swallowed by the forward's ``**kwargs``, so passing the wrong one would
 #: silently drop the cache; found when the GPU machine's transformers 5.17 ran the engines.
+#: Tested with 5.17 and 5.24 (pyproject asks for >= 5.17: 5.0's ``create_causal_mask`` still
+#: takes a ``cache_position`` before the cache).
 CACHE_KWARG = ("cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters
                else "past_key_values")
 
