@@ -238,8 +238,7 @@ class Arm:
         self.kick_moves = kick_moves
         wl = model.workload
         self._training = {t.name for t in wl.tasks if t.kind == "training"}
-        self.training_groups = [i for i, g in enumerate(groups)
-                                if any(wl.task(t).kind == "training" for t in g)]
+        self.training_groups = [i for i, g in enumerate(groups) if self._training & set(g)]
         self.layout_options = {t: candidate_layouts(wl, t, sizes[i])
                                for i, g in enumerate(groups) for t in g}
         # Layouts on at most half of the group (our addition, see space.sub_layouts): tasks of
