@@ -40,10 +40,10 @@ def load_params(path: str | None, cluster=None):
         return DEFAULT_PARAMS
     params = CostParams.from_dict(read_mapping(path, "params"))
     if cluster is not None:
-        known = set(gpu_catalog()) | {d.gpu.name for d in cluster.devices}
+        ours = sorted({d.gpu.name for d in cluster.devices})
+        known = set(gpu_catalog()) | set(ours)
         for gpu, _, value in params.per_gpu:
             if gpu not in known:
-                ours = sorted({d.gpu.name for d in cluster.devices})
                 raise SpecError(f"{path}: params.per_gpu.{gpu}", value,
                                 f"unknown GPU type; the cluster has {ours}, "
                                 f"built in: {sorted(gpu_catalog())}")

@@ -4,7 +4,7 @@
 
 A real-size model (a ``hetrl`` model preset, random weights, bf16, SDPA attention) runs in
 transformers on one device; each figure is the shortest of timed repetitions
-(:func:`real.profile._best_seconds`), set against the catalog peak of the GPU type
+(:func:`real.profile.best_seconds`), set against the catalog peak of the GPU type
 (:func:`real.gpu_smoke.catalog_gpu`, or ``--gpu-type``) and the default efficiency factor
 (:data:`hetrl.cost.params.KERNEL_KINDS`):
 
@@ -120,10 +120,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _row(seconds: float, work: float, unit: str, peak: float, default: float) -> dict[str, Any]:
     """One measured row: ``work`` FLOPs or bytes done in ``seconds``; ``peak`` in the same unit
     per second; the cost model's time for it is work / (peak x default)."""
-    achieved = work / seconds / peak
-    return {"measured_s": seconds, unit: work, "achieved_of_peak": achieved,
-            "default_efficiency": default, "cost_model_s": work / (peak * default),
-            "measured_over_cost_model": seconds / (work / (peak * default))}
+    model_s = work / (peak * default)
+    return {"measured_s": seconds, unit: work, "achieved_of_peak": work / seconds / peak,
+            "default_efficiency": default, "cost_model_s": model_s,
+            "measured_over_cost_model": seconds / model_s}
 
 
 def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[str, Any]:
@@ -133,10 +133,10 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
     from hetrl.cost.flops import StageShape
     from hetrl.cost.params import KERNEL_KINDS
     from real.model import CACHE_KWARG, TinyModelSpec, build_causal_lm
-    from real.profile import _best_seconds, _sync, measure_copy_gbps, measure_matmul_tflops
+    from real.profile import best_seconds, device_sync, measure_copy_gbps, measure_matmul_tflops
 
     dev = args.device
-    sync = _sync(dev)
+    sync = device_sync(dev)
     peak_flops = gpu.bf16_tflops * 1e12
     peak_Bps = gpu.hbm_gbps * 1e9
     stage = StageShape(shape, shape.layers, 1, True, True, True, 2)
@@ -194,7 +194,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
             loss.backward()
             model.zero_grad(set_to_none=True)
 
-        s = _best_seconds(step, args.budget, sync)
+        s = best_seconds(step, args.budget, sync)
         return {"batch": args.batch, "seq": args.seq,
                 **_row(s, flops(args.batch, args.seq, 3.0), "flops", peak_flops,
                        KERNEL_KINDS["train_flops"])}
@@ -207,7 +207,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
             with torch.no_grad():
                 model(input_ids=ids, use_cache=False)
 
-        s = _best_seconds(forward, args.budget, sync)
+        s = best_seconds(forward, args.budget, sync)
         return {"batch": args.infer_batch, "seq": args.seq,
                 **_row(s, flops(args.infer_batch, args.seq, 1.0), "flops", peak_flops,
                        KERNEL_KINDS["infer_flops"])}
@@ -224,7 +224,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
             with torch.no_grad():
                 model(input_ids=nxt, use_cache=True, **cache)
 
-        s = _best_seconds(step, args.budget, sync, max_reps=64)
+        s = best_seconds(step, args.budget, sync, max_reps=64)
         if args.profile_decode:
             profiles["decode"] = _profile(torch, dev, step)
         bytes_ = stage.weight_bytes - shape.vocab * shape.hidden * 2 \

@@ -121,13 +121,6 @@ def task_spans(spans: list[Any]) -> list[Any]:
             for (task, it), (a, b, devs) in sorted(bounds.items(), key=lambda kv: kv[1][0])]
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
               device: str = "cuda") -> tuple[Any, Any, dict]:
     """``iterations`` of the workload on cluster device 0, run on torch ``device`` (cuda; the
@@ -137,6 +130,7 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
     from hetrl.plan import colocated_plan
     from hetrl.trace import Trace
     from real.engines.base import make_batch
+    from real.profile import device_sync
     from real.runner import RealRun, RunConfig
     from real.worker import DeviceWorker
 
@@ -181,7 +175,7 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
                 if held != sent:
                     raise RuntimeError(f"{name} of iteration {it}: the engine's weights (digest "
                                        f"{held[:12]}) differ from the trainer's ({sent[:12]})")
-        _sync(device)
+        device_sync(device)()
         end = time.time() - t0
         drained = worker.drain_spans()
         spans += task_spans(drained) + sorted(drained, key=lambda s: s.start_s)
@@ -218,6 +212,7 @@ def megatron_step(run: Any, last: dict[str, Any], seed: int, device: str = "cuda
     each, on ``device``."""
     from real.engines.megatron_engine import MegatronTrainer
     from real.engines.torch_engine import TorchRollout, TorchTrainer
+    from real.profile import device_sync
     from real.worker import digest, spec_from_shape
 
     spec = spec_from_shape(run.workload.model("actor"))
@@ -232,7 +227,7 @@ def megatron_step(run: Any, last: dict[str, Any], seed: int, device: str = "cuda
         t = time.perf_counter()
         stats = meg.forward_backward(batch, extras)
         meg.step()
-        _sync(device)
+        device_sync(device)()
         seconds.append(time.perf_counter() - t)
         losses.append(stats["loss"])
     torch_losses = []

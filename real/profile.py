@@ -69,7 +69,7 @@ _SIZES = {
 }
 
 
-def _best_seconds(fn: Callable[[], Any], budget_s: float, sync: Callable[[], Any],
+def best_seconds(fn: Callable[[], Any], budget_s: float, sync: Callable[[], Any],
                   min_reps: int = 3, max_reps: int = 1000) -> float:
     """Shortest wall time of ``fn()`` over repetitions (one warm-up, at least ``min_reps``, more
     while ``budget_s`` seconds last). ``sync`` waits for queued device work."""
@@ -96,7 +96,7 @@ def measure_matmul_tflops(device: str, n: int, budget_s: float) -> tuple[float, 
     a = torch.randn(n, n, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _best_seconds(lambda: torch.matmul(a, b, out=out), budget_s, _sync(device))
+    seconds = best_seconds(lambda: torch.matmul(a, b, out=out), budget_s, device_sync(device))
     return 2.0 * n**3 / seconds / 1e12, str(dtype).removeprefix("torch.")
 
 
@@ -107,12 +107,14 @@ def measure_copy_gbps(device: str, nbytes: int, budget_s: float) -> float:
     n = max(1, nbytes // 4)
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), budget_s, _sync(device))
+    seconds = best_seconds(lambda: dst.copy_(src), budget_s, device_sync(device))
     return 2.0 * n * 4 / seconds / 1e9
 
 
-def _sync(device: str) -> Callable[[], None]:
-    if device == "cuda":
+def device_sync(device: str) -> Callable[[], None]:
+    """A call that waits for the work queued on torch ``device`` ("cuda", "cuda:1"; on CPU
+    nothing is queued)."""
+    if device.startswith("cuda"):
         import torch
 
         return torch.cuda.synchronize
