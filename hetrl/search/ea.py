@@ -192,7 +192,7 @@ class Arm:
                  p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
                  type_blocks: bool = True, split_turns: int = 6,
                  kick_moves: int = 3, split_triples: bool = True, split_halving: bool = True,
-                 split_light: bool = True):
+                 split_light: bool = True, split_mixes: bool = True):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
         self.population_size = population
@@ -219,6 +219,9 @@ class Arm:
         #: whether a pair split with a training task starts from its base with every other
         #: task of the group in its least-memory option (see :meth:`light_base`)
         self.split_light = split_light
+        #: whether the sweeps after a split start from the best split of each mix (window
+        #: sizes and GPU types per task, see :meth:`_mix`) rather than of each shape
+        self.split_mixes = split_mixes
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -565,10 +568,17 @@ class Arm:
         theirs in a row (at most ``split_turns``). The turns go breadth first over all the
         splits and, with ``split_halving``, after each turn only the better half of the splits
         still turning goes on (successive halving, the turns being the resource: a split whose
-        first turns are poor rarely ends best). From the best splits of each shape, one
-        pass over the other tasks' (layout, offset) options: a group's tasks are coupled
-        through memory (a task that needs less leaves more KV cache to generation), so
-        single-task moves alone miss such plans."""
+        first turns are poor rarely ends best). From the best split of each of the
+        ``split_starts`` best mixes (:meth:`_mix`: window sizes and the GPU types under each
+        task, with ``split_mixes``; else of each shape), one pass over the other tasks'
+        (layout, offset) options: a group's tasks are coupled through memory (a task that
+        needs less leaves more KV cache to generation), so single-task moves alone miss such
+        plans. A pair comes in both orders, so two shapes often hold the same windows: per
+        shape, the two starts were then often one split twice, and a split with other GPU
+        types under the tasks, a close third, was never swept (paper64, 15 s, seed 7: the
+        training pair's best split, actor training on 16 A100 + 16 L4 + 8 L40S, at 940.47 s
+        from the light base in both orders; on 24 A100 + 16 L4 at 940.54 s; the pass ended at
+        93.21 s, and at 82.40 s with mixes)."""
         k = len(tasks)
         splits: list[_SplitRun] = []  # one per (shape, offset)
         for order, ms, opts in self._split_shapes(tasks, n):
@@ -612,8 +622,9 @@ class Arm:
         starts, seen = [], set()
         # a stable sort: ties keep the order the splits were made in
         for run in sorted(splits, key=lambda r: r.fitness):
-            if run.shape not in seen:  # the best split of each shape
-                seen.add(run.shape)
+            key = self._mix(run) if self.split_mixes else run.shape
+            if key not in seen:  # the best split of each mix (of each shape)
+                seen.add(key)
                 starts.append((run.fitness, run.genotype))
         for f0, g in starts[: self.split_starts]:
             for t in others * self.split_sweeps:  # greedily, each task keeping its best option
@@ -629,6 +640,23 @@ class Arm:
                         if rank < here[0]:
                             here = (rank, f, h)
                 f0, g = here[1], here[2]
+
+    def _mix(self, run: _SplitRun) -> frozenset[tuple[str, int, tuple[tuple[int, int], ...]]]:
+        """What a split puts where, whatever the order its tasks were taken in: per task its
+        window's size and the GPU types in that window (type index, count)."""
+        order, sizes = run.shape
+        g = run.genotype
+        part = g.slices()[next(i for i, grp in enumerate(self.groups) if order[0] in grp)]
+        n, gpu = len(part), self.facts.gpu
+        out = []
+        for t, m in zip(order, sizes, strict=True):
+            start = g.offset(t)
+            counts: dict[int, int] = {}
+            for k in range(m):
+                d = gpu[part[(start + k) % n]]
+                counts[d] = counts.get(d, 0) + 1
+            out.append((t, m, tuple(sorted(counts.items()))))
+        return frozenset(out)
 
     def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
         """A layout of ``options`` for task ``t`` on the window of its group's GPUs from

@@ -249,7 +249,8 @@ class _SHABase(Scheduler):
                        kick_moves=int(opts.get("kick_moves", 3)),
                        split_triples=bool(opts.get("split_triples", True)),
                        split_halving=bool(opts.get("split_halving", True)),
-                       split_light=bool(opts.get("split_light", True)))
+                       split_light=bool(opts.get("split_light", True)),
+                       split_mixes=bool(opts.get("split_mixes", True)))
 
         # With a time budget, the warm-up that turns seconds into evaluations runs on the
         # all-co-located grouping's arm (groupings come ordered by their number of groups), which

@@ -17,7 +17,15 @@ from hetrl.plan import Plan, TaskGroup, even_layers, make_placement, validate
 from hetrl.search import Budget, get_scheduler
 from hetrl.search.balance import balance_data, balance_layers, proportional_split
 from hetrl.search.base import Evaluator
-from hetrl.search.ea import AFF_NODE, AFF_REGION, AFF_ZONE, Arm, DeviceFacts, local_search
+from hetrl.search.ea import (
+    AFF_NODE,
+    AFF_REGION,
+    AFF_ZONE,
+    Arm,
+    DeviceFacts,
+    _SplitRun,
+    local_search,
+)
 from hetrl.search.genome import decode
 from hetrl.search.sha import HetRLSimpleScheduler, sample_sizes
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
@@ -693,6 +701,36 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
     assert len(apart) >= 2 * 3 * 3
     counted = on.polish_cost() - off.polish_cost()
     assert 0.5 * len(seen) <= counted <= 2 * len(seen)
+
+
+def test_a_split_mix_is_the_same_in_both_orders_and_tells_gpu_types_apart():
+    """A pair comes in both orders, so two shapes can hold the same windows: their mix (per
+    task its window size and the GPU types in it) is the same, and it differs when a window
+    moves over other GPU types -- the sweeps after a split start from the best split of each
+    mix, not twice from one split."""
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    model = CostModel(wl, cluster_preset("paper64-multi-country"))  # 24 + 24 + 16 GPUs
+    arm = Arm((tuple(wl.task_names),), (64,), model, DeviceFacts.of(model),
+              np.random.default_rng(0))
+    g = arm.type_blocked(arm.seeded_genotype())
+    types = [arm.facts.gpu[d] for d in g.order]
+
+    def split(order, sizes, start):
+        h = g
+        for t, m in zip(order, sizes, strict=True):
+            h = h.with_offset(t, start % 64)
+            start += m
+        return _SplitRun((order, sizes), [], h)
+
+    pair = ("actor_training", "critic_training")
+    one = arm._mix(split(pair, (40, 24), 24))
+    assert one == arm._mix(split(pair[::-1], (24, 40), 0))  # the same windows
+    assert one != arm._mix(split(pair, (40, 24), 32))  # moved by a node, over other types
+    for task, size, counts in one:
+        assert sum(c for _, c in counts) == size
+        start = 24 if task == "actor_training" else 0
+        window = [types[(start + k) % 64] for k in range(size)]
+        assert dict(counts) == {t: window.count(t) for t in set(window)}
 
 
 def test_cost_model_memos_start_afresh_past_their_bound_with_the_same_search(
