@@ -15,7 +15,8 @@ Prints four sections and a compact table at the end:
 (d) A 1024-GPU random cluster (128 nodes of 8 GPUs over 16 regions): the time SHA-EA needs to
     return a valid plan.
 
-Run: ``python experiments/bench_search.py [--quick] [--workers N] [--reference-s S]``.
+Every search runs in a fresh process, so none inherits the caches (or the memory) of the one
+before it. Run: ``python experiments/bench_search.py [--quick] [--workers N] [--reference-s S]``.
 Full mode takes about 35 minutes on 2 cores; ``--quick`` about 10.
 """
 
@@ -27,9 +28,11 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import multiprocessing  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 from hetrl.errors import HetrlError  # noqa: E402
@@ -60,16 +63,28 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def run(name: str, workload, cluster, budget: Budget) -> tuple[SearchResult | None, float, str]:
-    """One search; (result or None, wall seconds, error text)."""
+def _search_here(name: str, workload, cluster, budget: Budget
+                 ) -> tuple[SearchResult | None, float, str]:
+    """One search in this process: (result or None, wall seconds, error text)."""
     t0 = time.perf_counter()
     try:
         result = get_scheduler(name).search(workload, cluster, budget)
     except HetrlError as exc:
         return None, time.perf_counter() - t0, str(exc)
-    wall = time.perf_counter() - t0
-    validate(result.plan, workload, cluster)
-    return result, wall, ""
+    return result, time.perf_counter() - t0, ""
+
+
+def run(name: str, workload, cluster, budget: Budget) -> tuple[SearchResult | None, float, str]:
+    """One search in a fresh (spawned) process: (result or None, wall seconds of the search
+    alone, error text). Every scheduler starts with the cost model's caches empty, whatever ran
+    before it: in one process the first search of a cluster filled its link and hardware caches
+    for the searches after it (so at 5 s the first scheduler, hetrl, ran at a disadvantage), and
+    the memory a long search left behind slowed the next."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        result, wall, err = pool.submit(_search_here, name, workload, cluster, budget).result()
+    if result is not None:
+        validate(result.plan, workload, cluster)
+    return result, wall, err
 
 
 def load() -> str:
