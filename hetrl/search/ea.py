@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -380,7 +381,7 @@ class Arm:
                 return g.with_layout(t, options[int(rng.integers(len(options)))])
         if r < 0.75:  # move a task to another part of its group's GPUs (level 5)
             t, (dp, pp, tp) = g.layouts[int(rng.integers(len(g.layouts)))]
-            n = next(self.sizes[i] for i, grp in enumerate(self.groups) if t in grp)
+            n = self.group_size[t]
             used = dp * pp * tp
             if used < n:
                 steps = [o for o in range(0, n, used) if o != g.offset(t)] or [0]
@@ -646,17 +647,17 @@ class Arm:
         window's size and the GPU types in that window (type index, count)."""
         order, sizes = run.shape
         g = run.genotype
-        part = g.slices()[next(i for i, grp in enumerate(self.groups) if order[0] in grp)]
+        part = self._part(g, order[0])
         n, gpu = len(part), self.facts.gpu
-        out = []
-        for t, m in zip(order, sizes, strict=True):
+
+        def types(t: str, m: int) -> tuple[tuple[int, int], ...]:
             start = g.offset(t)
-            counts: dict[int, int] = {}
-            for k in range(m):
-                d = gpu[part[(start + k) % n]]
-                counts[d] = counts.get(d, 0) + 1
-            out.append((t, m, tuple(sorted(counts.items()))))
-        return frozenset(out)
+            return tuple(sorted(Counter(gpu[part[(start + k) % n]] for k in range(m)).items()))
+        return frozenset((t, m, types(t, m)) for t, m in zip(order, sizes, strict=True))
+
+    def _part(self, g: Genotype, task: str) -> tuple[int, ...]:
+        """The GPUs of ``task``'s group in ``g``, in order."""
+        return g.slices()[next(i for i, grp in enumerate(self.groups) if task in grp)]
 
     def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
         """A layout of ``options`` for task ``t`` on the window of its group's GPUs from
@@ -664,7 +665,7 @@ class Arm:
         fits the window's smallest GPU (as :meth:`seeded_genotype`), else the one needing least.
         The pair's other task picks its layout against this one first: against a layout that
         cannot fit, it would pick by memory alone."""
-        part = g.slices()[next(i for i, grp in enumerate(self.groups) if t in grp)]
+        part = self._part(g, t)
         used = options[0][0] * options[0][1] * options[0][2]
         room = min(self.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
             self._room)
