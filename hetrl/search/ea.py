@@ -254,7 +254,9 @@ class Arm:
                                      if self.aligned(x[0] * x[1] * x[2], sizes[i]))
                             if sub_layouts else () for i, g in enumerate(groups) for t in g}
         #: per task: its group's GPU count, and its part-of-group layouts by GPUs used
-        self.group_size = {t: sizes[i] for i, g in enumerate(groups) for t in g}
+        #: per task: the index of its group, and its group's GPU count
+        self.group_of = {t: i for i, g in enumerate(groups) for t in g}
+        self.group_size = {t: sizes[i] for t, i in self.group_of.items()}
         self.sub_by_used: dict[str, dict[int, list[Layout]]] = {}
         for t, opts in self.sub_options.items():
             by_used = self.sub_by_used[t] = {}
@@ -519,7 +521,7 @@ class Arm:
         Lightening only the tasks that hold over half the smallest GPU, or splitting again from
         this base only when the base's split found nothing, kept none of paper64's gain; the
         cost: hetero16 PPO, 20 s, 202.36 s against 198.72 s (docs/search-history.md)."""
-        group = next(grp for grp in self.groups if tasks[0] in grp)
+        group = self.groups[self.group_of[tasks[0]]]
         for t, _ in g.layouts:
             if t in tasks or t not in group:
                 continue
@@ -657,7 +659,7 @@ class Arm:
 
     def _part(self, g: Genotype, task: str) -> tuple[int, ...]:
         """The GPUs of ``task``'s group in ``g``, in order."""
-        return g.slices()[next(i for i, grp in enumerate(self.groups) if task in grp)]
+        return g.slices()[self.group_of[task]]
 
     def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
         """A layout of ``options`` for task ``t`` on the window of its group's GPUs from
