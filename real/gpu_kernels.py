@@ -226,7 +226,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
 
         s = best_seconds(step, args.budget, sync, max_reps=64)
         if args.profile_decode:
-            profiles["decode"] = _profile(torch, dev, step)
+            profiles["decode"] = _profile(dev, step, sync)
         bytes_ = stage.weight_bytes - shape.vocab * shape.hidden * 2 \
             + b * c * stage.kv_bytes_per_token  # the input embedding is gathered, not streamed
         step_flops = b * (stage.matmul_flops_per_token + stage.attn_flops_per_token_ctx * c)
@@ -244,17 +244,16 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
             "profiles": profiles}
 
 
-def _profile(torch: Any, dev: str, step: Any, reps: int = 3) -> str:
-    """torch.profiler's table of ``reps`` calls of ``step``, by device time on CUDA (host time
-    on CPU): where a step's time goes, host or device."""
+def _profile(dev: str, step: Any, sync: Any, reps: int = 3) -> str:
+    """torch.profiler's table of ``reps`` calls of ``step`` (``sync`` waits for the device),
+    by device time on CUDA (host time on CPU): where a step's time goes, host or device."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
     with profile(activities=acts) as prof:
         for _ in range(reps):
             step()
-        if dev == "cuda":
-            torch.cuda.synchronize()
+        sync()
     key = "device_time_total" if dev == "cuda" else "cpu_time_total"
     return prof.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=60)
 

@@ -70,7 +70,7 @@ _SIZES = {
 
 
 def best_seconds(fn: Callable[[], Any], budget_s: float, sync: Callable[[], Any],
-                  min_reps: int = 3, max_reps: int = 1000) -> float:
+                 min_reps: int = 3, max_reps: int = 1000) -> float:
     """Shortest wall time of ``fn()`` over repetitions (one warm-up, at least ``min_reps``, more
     while ``budget_s`` seconds last). ``sync`` waits for queued device work."""
     fn()
