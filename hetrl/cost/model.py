@@ -16,16 +16,11 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
+from hetrl.cost.kernels import dp_link_table, dp_optimizer_seconds
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.primitives import (
-    GroupLinks,
-    all_gather_time,
-    group_links,
-    hbm_time,
-    reduce_scatter_time,
-)
+from hetrl.cost.primitives import GroupLinks, device_efficiency, links_from_row
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
@@ -596,7 +591,7 @@ class CostModel:
         if out is None:
             out = self.cluster.topology.memoised(
                 "dp_optimizer", (p.devices, shapes, self.params),
-                lambda: _dp_and_optimizer(self.cluster, p.devices, shapes, self.params,
+                lambda: _dp_and_optimizer(self.cluster, p, shapes, self.params,
                                           self.workload.bytes_per_value))
             self._tasklevel[key] = out
         return out
@@ -775,99 +770,39 @@ class CostModel:
         return out
 
 
-def _dp_and_optimizer(cluster: ClusterSpec, grid: Grid, shapes: tuple[StageShape, ...],
+def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[StageShape, ...],
                       params: CostParams, bytes_per_value: int) -> tuple[float, float]:
     """(DP gradient sync, optimizer step) seconds per optimizer step of a training task on
-    ``grid``: see :meth:`CostModel._dp_and_optimizer`."""
-    dp = len(grid)
-    stages, groups = dp_links(cluster, grid, tuple(sh.params for sh in shapes))
-    opt_s = 0.0
-    for shape, (hbm, gpu) in zip(shapes, stages, strict=False):
-        opt_s = max(opt_s, hbm_time(shape.params * params.optimizer_step_hbm_bytes / dp,
-                                    hbm, params.efficiency(gpu, "hbm")))
-    dp_s = 0.0
-    if dp > 1:
-        done = set()  # DP groups of a stage often have equal links: price each once
-        for j, gpu, g in groups:
-            # all-gather and reduce-scatter times depend on these link facts only
-            key = (j, gpu, g.n, g.ring_latency_s, g.ring_Bps)
-            if key in done:
-                continue
-            done.add(key)
-            shape = shapes[j]
-            eff = params.efficiency(gpu, "link")
-            t = (reduce_scatter_time(shape.params * params.grad_bytes, g, eff)
-                 + all_gather_time(shape.params * bytes_per_value, g, eff))
-            dp_s = max(dp_s, t)
-    return dp_s, opt_s
+    ``p``'s grid: see :meth:`CostModel._dp_and_optimizer` and
+    :func:`hetrl.cost.kernels.dp_optimizer_seconds`."""
+    topo = cluster.topology
+    dp_s, opt_s = dp_optimizer_seconds(
+        _grid_array(p), np.array([sh.params for sh in shapes], dtype=float),
+        float(params.grad_bytes), float(bytes_per_value), float(params.optimizer_step_hbm_bytes),
+        topo.hbm_Bps, device_efficiency(cluster, params, "hbm"),
+        device_efficiency(cluster, params, "link"), topo.latency_s, topo.bandwidth_Bps,
+        topo.node_of, topo.uplink_Bps)
+    return float(dp_s), float(opt_s)
 
 
-def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -> tuple[
-        list[tuple[float, str]], list[tuple[int, str, GroupLinks]]]:
-    """Hardware facts of a (dp, pp, tp) device grid for gradient sync and the optimizer step:
-    per stage the smallest HBM bandwidth (bytes/s) and the GPU type of its first device; per DP
-    group (one per stage and tp rank) its stage, GPU type and links. A node's uplink is shared by
-    every group whose ring leaves the node (all reduce at once), each group getting a share in
-    proportion to its bytes (``stage_bytes``, any unit, per stage): the uplink stays busy until
-    the last ring ends, so the largest ring ends at (all groups' bytes) / uplink, as under the
-    simulator's max-min sharing where small rings finish first and free their share. Memoised
-    per cluster: a pure function of the grid and the stage sizes."""
-    return cluster.topology.memoised("dp_links", (grid, stage_bytes),
-                                     lambda: _dp_links(cluster, grid, stage_bytes))
+def _grid_array(p: TaskPlacement) -> np.ndarray:
+    """``p``'s device ids as a (dp, pp, tp) array."""
+    return p.device_array.reshape(p.dp, p.pp, p.tp)
 
 
-def _dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]) -> tuple[
-        list[tuple[float, str]], list[tuple[int, str, GroupLinks]]]:
-    stages, members_of = _dp_groups(cluster, grid)
-    load: dict[int, float] = {}  # bytes of all rings leaving each node
-    for j, _, nodes, _ in members_of:
-        if len(nodes) > 1:
-            for n in nodes:
-                load[n] = load.get(n, 0.0) + stage_bytes[j]
-    groups = []
-    if len(grid) > 1:
-        uplink = cluster.topology.lists["uplink_Bps"]
-        for j, gpu, nodes, g in members_of:
-            if g.nodes > 1:
-                # the group's share of each node's uplink; its ring crosses a node with one
-                # flow, its tree with one per device of the group on the node
-                ring, cross, b = g.ring_Bps, g.cross_Bps, stage_bytes[j]
-                for n, count in nodes.items():
-                    share = uplink[n] * b / load[n]
-                    ring = share if share < ring else ring
-                    cross = share / count if share / count < cross else cross
-                g = GroupLinks(g.n, g.ring_latency_s, ring, g.nodes, g.per_node,
-                               g.intra_latency_s, g.intra_Bps, g.inter_latency_s, g.inter_Bps,
-                               cross)
-            groups.append((j, gpu, g))
-    return stages, groups
-
-
-def _dp_groups(cluster: ClusterSpec, grid: Grid) -> tuple[
-        list[tuple[float, str]], list[tuple[int, str, dict[int, int], GroupLinks | None]]]:
-    """The byte-independent facts of :func:`dp_links` (memoised per cluster and grid, so the
-    actor's and the critic's training on one grid share them): per stage the smallest HBM
-    bandwidth and its first device's GPU type; per DP group (stage j, tp rank k) its stage, GPU
-    type, nodes in order of first appearance (node -> the group's devices on it), and links
-    (None when dp is 1)."""
-    def compute() -> tuple:
-        lists = cluster.topology.lists
-        hbm, node_of = lists["hbm_Bps"], lists["node_of"]
-        devices = cluster.devices
-        pp, tp = len(grid[0]), len(grid[0][0])
-        stages = [(min(hbm[d] for rep in grid for d in rep[j]), devices[grid[0][j][0]].gpu.name)
-                  for j in range(pp)]
-        out = []
-        for j in range(pp):
-            for k in range(tp):
-                members = tuple(rep[j][k] for rep in grid)
-                nodes: dict[int, int] = {}  # node -> the group's devices on it
-                for d in members:
-                    nodes[node_of[d]] = nodes.get(node_of[d], 0) + 1
-                g = group_links(cluster, members) if len(grid) > 1 else None
-                out.append((j, devices[members[0]].gpu.name, nodes, g))
-        return stages, out
-    return cluster.topology.memoised("dp_groups", grid, compute)
+def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]
+             ) -> list[tuple[int, GroupLinks]]:
+    """Per DP group of a (dp, pp, tp) device grid (stage-major, then tp rank) its stage and links, a node's
+    uplink shared by every group whose ring leaves the node (all reduce at once), each getting
+    a share in proportion to its bytes (``stage_bytes``, any unit, per stage): the uplink stays
+    busy until the last ring ends, so the largest ring ends at (all groups' bytes) / uplink, as
+    under the simulator's max-min sharing where small rings finish first and free their share.
+    See :func:`hetrl.cost.kernels.dp_link_table`."""
+    topo = cluster.topology
+    table = dp_link_table(np.array(grid, dtype=np.int64), np.array(stage_bytes, dtype=float),
+                          topo.latency_s, topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
+    tp = len(grid[0][0])
+    return [(i // tp, links_from_row(row)) for i, row in enumerate(table)]
 
 
 def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.cost.kernels import all_gather_seconds, group_link_facts
 from hetrl.spec.cluster import MEMO_SIZE, ClusterSpec
 
 
@@ -61,14 +62,6 @@ class GroupLinks:
     inter_latency_s: float
     inter_Bps: float
     cross_Bps: float = math.inf
-
-
-def _ring(lat: list[list[float]], bw: list[list[float]], order: list[int]) -> tuple[float, float]:
-    """Slowest latency and narrowest bandwidth on the ring through ``order``."""
-    if len(order) < 2:
-        return 0.0, math.inf
-    pairs = list(zip(order, order[1:] + order[:1], strict=True))
-    return max(lat[a][b] for a, b in pairs), min(bw[a][b] for a, b in pairs)
 
 
 def group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
@@ -160,26 +153,25 @@ def _find_symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | 
 
 def _group_links(cluster: ClusterSpec, devices: tuple[int, ...]) -> GroupLinks:
     topo = cluster.topology
-    lat, bw, node_of = topo.latency_rows, topo.bandwidth_rows, topo.node_of
-    order = sorted(devices, key=lambda d: (int(node_of[d]), d))
-    ring_lat, ring_bw = _ring(lat, bw, order)
-    by_node: dict[int, list[int]] = {}
-    for d in order:
-        by_node.setdefault(int(node_of[d]), []).append(d)
-    sizes = {len(v) for v in by_node.values()}
-    per_node = sizes.pop() if len(sizes) == 1 else 0
-    intra_lat, intra_bw = 0.0, math.inf
-    for members in by_node.values():
-        la, ba = _ring(lat, bw, members)
-        intra_lat, intra_bw = max(intra_lat, la), min(intra_bw, ba)
-    reps = [members[0] for members in by_node.values()]
-    inter_lat, inter_bw = _ring(lat, bw, reps)
-    cross = math.inf
-    if len(by_node) > 1:
-        uplink = topo.lists["uplink_Bps"]
-        cross = min(uplink[k] / len(members) for k, members in by_node.items())
-    return GroupLinks(len(devices), ring_lat, ring_bw, len(by_node), per_node,
-                      intra_lat, intra_bw, inter_lat, inter_bw, cross)
+    row = group_link_facts(np.array(devices, dtype=np.int64), topo.latency_s,
+                           topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
+    return links_from_row(row)
+
+
+def links_from_row(row: np.ndarray) -> GroupLinks:
+    """A :class:`GroupLinks` from a row of link facts (:data:`hetrl.cost.kernels.LINK_FACTS`)."""
+    n, ring_lat, ring_bw, nodes, per_node, *rest = row.tolist()
+    return GroupLinks(int(n), ring_lat, ring_bw, int(nodes), int(per_node), *rest)
+
+
+def device_efficiency(cluster: ClusterSpec, params: Any, kind: str) -> np.ndarray:
+    """Per device, the efficiency factor (achieved / peak) of kernel ``kind`` on its GPU type
+    under ``params`` (a read-only array; memoised per cluster)."""
+    def compute() -> np.ndarray:
+        out = np.array([params.efficiency(d.gpu.name, kind) for d in cluster.devices])
+        out.setflags(write=False)
+        return out
+    return cluster.topology.memoised("device_efficiency", (params, kind), compute)
 
 
 def _log2(n: int) -> int:
@@ -214,14 +206,8 @@ def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
 def all_gather_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
     """All-gather where the result is ``nbytes`` per device (each contributes nbytes / n).
     Reduce-scatter of ``nbytes`` costs the same."""
-    n = g.n
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    bw = g.ring_Bps * efficiency
-    ring = (n - 1) * g.ring_latency_s + (n - 1) / n * nbytes / bw
-    tree_bw = bw if g.ring_Bps <= g.cross_Bps else g.cross_Bps * efficiency
-    tree = _log2(n) * g.ring_latency_s + nbytes / tree_bw
-    return ring if ring < tree else tree
+    return float(all_gather_seconds(g.n, g.ring_latency_s, g.ring_Bps, g.cross_Bps, nbytes,
+                                    efficiency))
 
 
 reduce_scatter_time = all_gather_time

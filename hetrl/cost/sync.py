@@ -17,12 +17,12 @@ bytes in or out over its GPU link (NVLink/PCIe).
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from hetrl.cost.flops import StageShape
+from hetrl.cost.kernels import weight_sync_pulls as _pulls_kernel
 from hetrl.cost.params import CostParams
+from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 
@@ -42,56 +42,18 @@ def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], tr
 
 
 def _device_factors(cluster: ClusterSpec, params: CostParams
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per device its link efficiency, its effective HBM bandwidth and its effective GPU link
     bandwidth (the NVLink/PCIe link every transfer in or out of it crosses; bytes/s) under
-    ``params``, and the latency and bandwidth matrices side by side (memoised per cluster: pure
-    functions of the devices' GPU types and the topology)."""
-    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        names = [d.gpu.name for d in cluster.devices]
-        link = np.array([params.efficiency(g, "link") for g in names])
-        hbm = cluster.topology.hbm_Bps * np.array([params.efficiency(g, "hbm") for g in names])
+    ``params`` (memoised per cluster: pure functions of the devices' GPU types)."""
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        link = device_efficiency(cluster, params, "link")
+        hbm = cluster.topology.hbm_Bps * device_efficiency(cluster, params, "hbm")
         gpu_link = np.array([d.gpu.intra_link_gbps * 1e9 for d in cluster.devices]) * link
-        lat_bw = np.hstack([cluster.topology.latency_s, cluster.topology.bandwidth_Bps])
-        for a in (link, hbm, gpu_link, lat_bw):
+        for a in (hbm, gpu_link):
             a.setflags(write=False)
-        return link, hbm, gpu_link, lat_bw
+        return link, hbm, gpu_link
     return cluster.topology.memoised("sync_device_factors", params, compute)
-
-
-def _spread(near: np.ndarray, pull: np.ndarray, sizes: list[float]) -> list[int]:
-    """The source each destination (column of ``near``) pulls from: among its near sources, the
-    least loaded so far (bytes sent), the first in source order on ties; destinations in order."""
-    n_src, n_dst = near.shape
-    if (near == near[:, :1]).all():  # every destination has the same near sources: a heap
-        cands = np.flatnonzero(near[:, 0]).tolist()
-        if len(cands) == 1:
-            return cands * n_dst
-        if min(sizes) == max(sizes):  # equal sizes: the least loaded goes round in source order
-            return (cands * (n_dst // len(cands) + 1))[:n_dst]
-        heap = [(0.0, i) for i in cands]
-        heapq.heapify(heap)
-        choices = []
-        for size in sizes:
-            sent, i = heap[0]
-            choices.append(i)
-            heapq.heapreplace(heap, (sent + size, i))
-        return choices
-    sent = [0.0] * n_src
-    near_count = near.sum(axis=0).tolist()
-    cols, rows = np.nonzero(near.T)  # the near sources of each destination, in source order
-    rows_list = rows.tolist()
-    choices = np.argmin(pull, axis=0).tolist()
-    start = 0
-    for k, count in enumerate(near_count):
-        if count == 1:
-            choice = choices[k]
-        else:
-            choice = min(rows_list[start:start + count], key=sent.__getitem__)
-            choices[k] = choice
-        start += count
-        sent[choice] += sizes[k]
-    return choices
 
 
 def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
@@ -109,72 +71,30 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
                  for d in stage]
         return max(t for _, t in local), [], local
     topo = cluster.topology
-    link_eff, hbm_eff, gpu_link, lat_bw = _device_factors(cluster, params)
+    link_eff, hbm_eff, gpu_link = _device_factors(cluster, params)
     dst = gen.device_array
-    n_dst = dst.size
-    eff = link_eff[dst]
-    n_all = lat_bw.shape[0]
-    node_of = topo.node_of
-    n_nodes = topo.nic_Bps.size
-    stages, nbytes, need, sizes = _stage_needs(gen, gen_shapes, train)
+    stages, nbytes, need, _ = _stage_needs(gen, gen_shapes, train)
     if not stages:
         return 0.0, [], []
-    # Every training stage at once: pull[s, i, k] = seconds for destination k to pull its part
-    # of stage s's layers from that stage's source i.
     grid = np.asarray(train.device_array).reshape(train.dp, train.pp, train.tp)
-    src = grid[:, stages, :].transpose(1, 0, 2).reshape(len(stages), -1)  # (stage, source)
-    rows = lat_bw[src]  # (stage, source, [latency to every device, bandwidth to every device])
-    lat, bw = rows[:, :, dst], rows[:, :, dst + n_all]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pull = np.where(need[:, None, :], lat + nbytes[:, None, :] / (bw * eff), 0.0)
-    # A device that trains this stage holds its layers: a local copy if it holds them whole
+    src = np.ascontiguousarray(grid[:, stages, :].transpose(1, 0, 2).reshape(len(stages), -1))
+    # A device that trains a stage holds its layers: a local copy if it holds them whole
     # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
-    # (conservative: no partial reuse).
-    if not frozenset(train.device_ids).isdisjoint(gen.device_ids):
-        own = src[:, :, None] == dst
-        if train.tp == 1:
-            pull = np.where(own, (2 * nbytes / hbm_eff[dst])[:, None, :], pull)
-        else:
-            pull[own] = np.inf
-    # Each destination pulls from a quickest source; among sources within 1% of the quickest,
-    # the least loaded so far (pulls spread over the stage's devices).
-    quickest = pull.min(axis=1)
-    near = pull <= quickest[:, None, :] * 1.01
-    best = np.argmin(pull, axis=1)  # (stage, destination): the source index in the stage
-    worst = float(quickest.max())  # the quickest pull of each destination
-    cols = np.arange(n_dst)
-    for k, ties in enumerate((near.sum(axis=(1, 2)) > n_dst).tolist()):
-        if ties:  # spread greedily
-            best[k] = _spread(near[k], pull[k], sizes[k])
-            worst = max(worst, float(pull[k, best[k], cols].max()))
-    # stage-major, then destination
-    sdev = src.reshape(-1)[(best + (np.arange(len(stages)) * src.shape[1])[:, None]).reshape(-1)]
-    dsts = np.concatenate((dst,) * len(stages))
-    flat_bytes = nbytes.reshape(-1)
-    moved = (sdev != dsts) & need.reshape(-1)
-    if moved.any():  # a device serving several pulls sends them one after another
-        dev_out = np.bincount(sdev[moved], weights=flat_bytes[moved], minlength=n_all)
-        dev_in = np.bincount(dsts[moved], weights=flat_bytes[moved], minlength=n_all)
-        worst = max(worst, float((dev_out / gpu_link).max()), float((dev_in / gpu_link).max()))
-        a, b = node_of[sdev], node_of[dsts]
-        off = (a != b) & moved
-        if off.any():
-            node_out = np.bincount(a[off], weights=flat_bytes[off], minlength=n_nodes)
-            node_in = np.bincount(b[off], weights=flat_bytes[off], minlength=n_nodes)
-            nic = topo.uplink_Bps * float(eff.min())
-            worst = max(worst, float((node_out / nic).max()), float((node_in / nic).max()))
+    # (conservative: no partial reuse). Pulls spread over a stage's equally quick devices.
+    worst, best, chosen = _pulls_kernel(
+        src, dst, nbytes, need, topo.latency_s, topo.bandwidth_Bps, link_eff, hbm_eff,
+        train.tp == 1, gpu_link, topo.node_of, topo.uplink_Bps)
     pulls: list[tuple[int, int, float]] = []
     local: list[tuple[int, float]] = []
-    if transfers:
-        flat_pull = pull[np.repeat(np.arange(len(stages)), n_dst), best.reshape(-1),
-                         np.concatenate((cols,) * len(stages))]
-        columns = (sdev.tolist(), dsts.tolist(), flat_bytes.tolist(), need.reshape(-1).tolist())
-        for k, (s_dev, d_dev, nb, needed) in enumerate(zip(*columns, strict=True)):
-            if needed:
-                if s_dev != d_dev:
-                    pulls.append((s_dev, d_dev, nb))
-                else:
-                    local.append((d_dev, float(flat_pull[k])))
+    if transfers:  # stage-major, then destination
+        for s, row in enumerate(best.tolist()):
+            for k, i in enumerate(row):
+                if need[s, k]:
+                    s_dev, d_dev = int(src[s, i]), int(dst[k])
+                    if s_dev != d_dev:
+                        pulls.append((s_dev, d_dev, float(nbytes[s, k])))
+                    else:
+                        local.append((d_dev, float(chosen[s, k])))
     return worst, pulls, local
 
 

@@ -300,13 +300,12 @@ def test_dp_rings_share_a_node_uplink_in_proportion_to_their_bytes():
     cluster = homogeneous("A100-80GB", nodes=2, gpus_per_node=2)
     uplink = float(cluster.topology.uplink_Bps[0])
     grid = (((0,), (1,)), ((2,), (3,)))  # replica 0 on node 0, replica 1 on node 1
-    _, groups = dp_links(cluster, grid, (3.0, 1.0))
-    by_stage = {j: g for j, _, g in groups}
+    by_stage = dict(dp_links(cluster, grid, (3.0, 1.0)))
     assert by_stage[0].ring_Bps == pytest.approx(uplink * 3 / 4, rel=1e-12)
     assert by_stage[1].ring_Bps == pytest.approx(uplink / 4, rel=1e-12)
     # equal stages: an equal split
-    _, equal = dp_links(cluster, grid, (1.0, 1.0))
-    assert [g.ring_Bps for _, _, g in equal] == pytest.approx([uplink / 2] * 2, rel=1e-12)
+    equal = dp_links(cluster, grid, (1.0, 1.0))
+    assert [g.ring_Bps for _, g in equal] == pytest.approx([uplink / 2] * 2, rel=1e-12)
     # bytes / share is the same for both groups: they end together
     assert 3.0 / by_stage[0].ring_Bps == pytest.approx(1.0 / by_stage[1].ring_Bps, rel=1e-9)
 

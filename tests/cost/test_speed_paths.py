@@ -1,6 +1,6 @@
 """The cost model's fast paths equal their plain definitions: the symmetric cluster memo, the
-closed-form generation drain, the weight sync's spreading of pulls, one generation replica
-priced per class, and memoised vs fresh estimates."""
+closed-form generation drain, one generation replica priced per class, and memoised vs fresh
+estimates (the compiled kernels: test_kernels.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.cost.primitives import _group_links, all_reduce_time, group_links, node_symmetry
 from hetrl.cost.replica import _replica_hw, replica_hw
-from hetrl.cost.sync import _spread
 from hetrl.cost.tasks import _drain, generation_engine
 from hetrl.plan import Plan, TaskGroup, make_placement
 from hetrl.spec.presets import cluster_preset, workload_preset
@@ -86,34 +85,6 @@ def test_closed_form_drain_equals_stepwise_sum(paper64, m):
         got = _drain(shapes, hw, m, L, DEFAULT_PARAMS)
         want = _stepwise_drain(shapes, hw, m, L, DEFAULT_PARAMS)
         assert got == pytest.approx(want, rel=1e-12, abs=0.0)
-
-
-def _greedy(near: np.ndarray, pull: np.ndarray, sizes: list[float]) -> list[int]:
-    """Each destination in order: among its near sources the least loaded (first on ties)."""
-    sent = [0.0] * near.shape[0]
-    best = np.argmin(pull, axis=0).tolist()
-    out = []
-    for k in range(near.shape[1]):
-        cands = np.flatnonzero(near[:, k]).tolist()
-        choice = best[k] if len(cands) == 1 else min(cands, key=sent.__getitem__)
-        sent[choice] += sizes[k]
-        out.append(choice)
-    return out
-
-
-@pytest.mark.parametrize("same_columns", [True, False])
-@pytest.mark.parametrize("equal_sizes", [True, False])
-def test_spread_equals_greedy(same_columns, equal_sizes):
-    rng = np.random.default_rng(7)
-    for _ in range(50):
-        n_src, n_dst = int(rng.integers(1, 9)), int(rng.integers(1, 30))
-        pull = rng.choice([1.0, 1.005, 2.0], size=(n_src, n_dst))
-        if same_columns:
-            pull[:] = pull[:, :1]
-        near = pull <= pull.min(axis=0) * 1.01
-        sizes = ([3.0] * n_dst if equal_sizes
-                 else [float(x) for x in rng.choice([1.0, 2.0, 5.0], n_dst)])
-        assert _spread(near, pull, sizes) == _greedy(near, pull, sizes)
 
 
 def test_fresh_and_shared_models_agree(paper64):

@@ -1,0 +1,290 @@
+"""Compiled kernels of the cost model's per-device-grid facts (numba, cached on disk).
+
+A new device grid (a plan's first estimate on devices it has not seen) costs the cost model
+some hundreds of small array operations; in Python each costs microseconds of interpreter
+overhead, so these loops are compiled with numba (``cache=True``: compiled once per machine
+and source version, then loaded from ``__pycache__``). They are plain Python over numpy arrays
+and run as such where numba is missing (slowly, with the same answers); ``kernel.py_func`` is
+the uncompiled function either way, which the tests compare against.
+
+Each kernel does exactly the floating-point operations, in the same order, as the numpy
+formulation it replaced, so the estimates do not change by a bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numba import njit as _njit
+except ImportError:  # pragma: no cover - numba is a dependency; this keeps a bare checkout usable
+    _njit = None
+
+
+def compiled(fn):
+    """``fn`` compiled by numba (no Python objects, cached on disk), or ``fn`` itself."""
+    if _njit is None:
+        fn.py_func = fn
+        return fn
+    return _njit(cache=True, nogil=True)(fn)
+
+
+@compiled
+def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need: np.ndarray,
+                      latency: np.ndarray, bandwidth: np.ndarray, link_eff: np.ndarray,
+                      hbm_eff: np.ndarray, own_local: bool, gpu_link: np.ndarray,
+                      node_of: np.ndarray, uplink: np.ndarray
+                      ) -> tuple[float, np.ndarray, np.ndarray]:
+    """The weight sync's slowest term (seconds) and the source each pull takes.
+
+    ``src`` (stage, source): device ids of the training stages' devices; ``dst``: the generation
+    devices; ``nbytes``/``need`` (stage, destination): bytes each destination needs from each
+    stage (and bytes > 0); ``latency`` (s) and ``bandwidth`` (bytes/s) between devices;
+    ``link_eff``, ``hbm_eff`` (effective HBM bytes/s), ``gpu_link`` (effective NVLink/PCIe
+    bytes/s) per device; ``own_local``: a destination that is one of a stage's sources copies
+    locally over HBM (2 x bytes; training tp = 1) rather than never pulling from itself;
+    ``node_of`` per device and ``uplink`` per node (bytes/s).
+
+    A pull's time is latency + bytes / (bandwidth x link efficiency of the destination); each
+    destination takes, among the sources within 1% of its quickest, the least loaded so far
+    (bytes sent; the first in source order on ties), destinations in order, stage by stage.
+    The answer is the largest of the slowest chosen pull, every device's bytes out and in over
+    its GPU link and every node's bytes out and in (across nodes) over its uplink x the
+    smallest destination link efficiency. Returns (seconds, and per (stage, destination) the
+    index of the chosen source and that pull's seconds)."""
+    n_stages, n_src = src.shape
+    n_dst = dst.size
+    n_dev = node_of.size
+    best = np.zeros((n_stages, n_dst), dtype=np.int64)
+    chosen = np.zeros((n_stages, n_dst))
+    pull = np.empty(n_src)
+    sent = np.empty(n_src)
+    dev_out = np.zeros(n_dev)
+    dev_in = np.zeros(n_dev)
+    node_out = np.zeros(uplink.size)
+    node_in = np.zeros(uplink.size)
+    eff_min = np.inf
+    for k in range(n_dst):
+        if link_eff[dst[k]] < eff_min:
+            eff_min = link_eff[dst[k]]
+    worst = 0.0
+    for s in range(n_stages):
+        sent[:] = 0.0
+        for k in range(n_dst):
+            d = dst[k]
+            eff = link_eff[d]
+            b = nbytes[s, k]
+            quickest = np.inf
+            for i in range(n_src):
+                a = src[s, i]
+                if a == d:
+                    t = 2 * b / hbm_eff[d] if own_local else np.inf
+                elif need[s, k]:
+                    t = latency[a, d] + b / (bandwidth[a, d] * eff)
+                else:
+                    t = 0.0
+                pull[i] = t
+                if t < quickest:
+                    quickest = t
+            limit = quickest * 1.01
+            choice = -1
+            for i in range(n_src):  # least loaded near source, the first on ties
+                if pull[i] <= limit and (choice < 0 or sent[i] < sent[choice]):
+                    choice = i
+            sent[choice] += b
+            best[s, k] = choice
+            chosen[s, k] = pull[choice]
+            if pull[choice] > worst:
+                worst = pull[choice]
+            a = src[s, choice]
+            if a != d and need[s, k]:
+                dev_out[a] += b
+                dev_in[d] += b
+                if node_of[a] != node_of[d]:
+                    node_out[node_of[a]] += b
+                    node_in[node_of[d]] += b
+    for a in range(n_dev):
+        worst = max(worst, dev_out[a] / gpu_link[a], dev_in[a] / gpu_link[a])
+    for n in range(uplink.size):
+        nic = uplink[n] * eff_min
+        worst = max(worst, node_out[n] / nic, node_in[n] / nic)
+    return worst, best, chosen
+
+
+# --- collectives ----------------------------------------------------------------------------
+
+#: Columns of a row of link facts (see :class:`hetrl.cost.primitives.GroupLinks`).
+LINK_FACTS = ("n", "ring_latency_s", "ring_Bps", "nodes", "per_node", "intra_latency_s",
+              "intra_Bps", "inter_latency_s", "inter_Bps", "cross_Bps")
+
+
+@compiled
+def _ring_into(out: np.ndarray, at: int, order: np.ndarray, latency: np.ndarray,
+               bandwidth: np.ndarray) -> None:
+    """out[at], out[at + 1] = the slowest latency and the narrowest bandwidth on the ring
+    through ``order`` (0 and inf for fewer than two devices)."""
+    lat, bw = 0.0, np.inf
+    m = order.size
+    if m >= 2:
+        lat = -np.inf
+        for i in range(m):
+            a, b = order[i], order[(i + 1) % m]
+            if latency[a, b] > lat:
+                lat = latency[a, b]
+            if bandwidth[a, b] < bw:
+                bw = bandwidth[a, b]
+    out[at] = lat
+    out[at + 1] = bw
+
+
+@compiled
+def group_link_facts(devices: np.ndarray, latency: np.ndarray, bandwidth: np.ndarray,
+                     node_of: np.ndarray, uplink: np.ndarray) -> np.ndarray:
+    """The link facts of a device set for collectives, as a row in :data:`LINK_FACTS` order:
+    the ring runs node by node (devices ordered by (node, id)); the in-node rings, the ring
+    between each node's first device, and the cross-node flow's share of its node's uplink
+    (``uplink`` bytes/s per node / the set's devices on that node, the smallest; inf within
+    one node). ``per_node`` is 0 when the nodes hold different numbers of the devices."""
+    n = devices.size
+    key = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        key[i] = node_of[devices[i]] * (node_of.size + 1) + devices[i]
+    order = devices[np.argsort(key)]
+    out = np.empty(10)
+    out[0] = n
+    _ring_into(out, 1, order, latency, bandwidth)
+    # runs of one node in ``order``
+    starts = np.empty(n + 1, dtype=np.int64)
+    runs = 0
+    for i in range(n):
+        if i == 0 or node_of[order[i]] != node_of[order[i - 1]]:
+            starts[runs] = i
+            runs += 1
+    starts[runs] = n
+    per_node = starts[1] - starts[0] if n else 0
+    for r in range(runs):
+        if starts[r + 1] - starts[r] != per_node:
+            per_node = 0
+    out[3] = runs
+    out[4] = per_node
+    intra_lat, intra_bw = 0.0, np.inf
+    pair = np.empty(2)
+    reps = np.empty(runs, dtype=np.int64)
+    cross = np.inf
+    for r in range(runs):
+        _ring_into(pair, 0, order[starts[r]:starts[r + 1]], latency, bandwidth)
+        intra_lat = max(intra_lat, pair[0])
+        intra_bw = min(intra_bw, pair[1])
+        reps[r] = order[starts[r]]
+        if runs > 1:
+            cross = min(cross, uplink[node_of[reps[r]]] / (starts[r + 1] - starts[r]))
+    out[5] = intra_lat
+    out[6] = intra_bw
+    _ring_into(out, 7, reps, latency, bandwidth)
+    out[9] = cross
+    return out
+
+
+@compiled
+def ceil_log2(n: int) -> int:
+    """ceil(log2(n)), at least 1."""
+    k = 0
+    while (1 << k) < n:
+        k += 1
+    return max(1, k)
+
+
+@compiled
+def all_gather_seconds(n: int, ring_latency_s: float, ring_Bps: float, cross_Bps: float,
+                       nbytes: float, efficiency: float) -> float:
+    """All-gather whose result is ``nbytes`` per device over a group of ``n`` (reduce-scatter
+    costs the same): the better of a ring (n - 1 steps) and a tree (ceil(log2 n) steps) whose
+    flows leave a node together (``cross_Bps`` each)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    bw = ring_Bps * efficiency
+    ring = (n - 1) * ring_latency_s + (n - 1) / n * nbytes / bw
+    tree_bw = bw if ring_Bps <= cross_Bps else cross_Bps * efficiency
+    tree = ceil_log2(n) * ring_latency_s + nbytes / tree_bw
+    return ring if ring < tree else tree
+
+
+# --- data-parallel gradient sync and the optimizer step ---------------------------------------
+
+@compiled
+def dp_link_table(grid: np.ndarray, stage_bytes: np.ndarray, latency: np.ndarray,
+                  bandwidth: np.ndarray, node_of: np.ndarray, uplink: np.ndarray) -> np.ndarray:
+    """Link facts (rows in :data:`LINK_FACTS` order) of each DP group of a (dp, pp, tp) device
+    grid, stage-major then tp rank: the devices of one (stage, tp rank) across the replicas.
+    All groups reduce at once, so a node's uplink is shared by every group whose ring leaves
+    the node, each in proportion to its bytes (``stage_bytes`` per stage, any unit): the ring's
+    bandwidth is at most that share, the tree's cross-node flows at most the share over the
+    group's devices on the node."""
+    dp, pp, tp = grid.shape
+    table = np.empty((pp * tp, 10))
+    load = np.zeros(uplink.size)  # bytes of all rings leaving each node
+    seen = np.zeros(uplink.size, dtype=np.int64)  # node -> the group's devices on it
+    for j in range(pp):
+        for k in range(tp):
+            row = table[j * tp + k]
+            row[:] = group_link_facts(grid[:, j, k].copy(), latency, bandwidth, node_of,
+                                      uplink)
+            if row[3] > 1:
+                seen[:] = 0
+                for r in range(dp):
+                    seen[node_of[grid[r, j, k]]] += 1
+                for n in range(uplink.size):
+                    if seen[n]:
+                        load[n] += stage_bytes[j]
+    for j in range(pp):
+        for k in range(tp):
+            row = table[j * tp + k]
+            if row[3] > 1:
+                seen[:] = 0
+                for r in range(dp):
+                    seen[node_of[grid[r, j, k]]] += 1
+                for n in range(uplink.size):
+                    if seen[n]:
+                        share = uplink[n] * stage_bytes[j] / load[n]
+                        if share < row[2]:
+                            row[2] = share
+                        if share / seen[n] < row[9]:
+                            row[9] = share / seen[n]
+    return table
+
+
+@compiled
+def dp_optimizer_seconds(grid: np.ndarray, stage_params: np.ndarray, grad_bytes: float,
+                         value_bytes: float, optimizer_bytes: float, hbm: np.ndarray,
+                         hbm_eff: np.ndarray, link_eff: np.ndarray, latency: np.ndarray,
+                         bandwidth: np.ndarray, node_of: np.ndarray,
+                         uplink: np.ndarray) -> tuple[float, float]:
+    """(DP gradient sync, optimizer step) seconds per optimizer step of a training task on a
+    (dp, pp, tp) device grid (ZeRO-1): per DP group a reduce-scatter of the gradients
+    (``grad_bytes`` per parameter) and an all-gather of the parameters (``value_bytes``), the
+    slowest group; the sharded Adam step streams ``optimizer_bytes`` per parameter / dp over
+    the stage's smallest HBM bandwidth (bytes/s) at the efficiency of the stage's first device,
+    the slowest stage. ``stage_params``: parameters per stage (of one tp rank); efficiencies
+    per device (a DP group at its first device's)."""
+    dp, pp, tp = grid.shape
+    opt_s = 0.0
+    for j in range(pp):
+        slowest = np.inf
+        for r in range(dp):
+            for k in range(tp):
+                slowest = min(slowest, hbm[grid[r, j, k]])
+        t = stage_params[j] * optimizer_bytes / dp / (slowest * hbm_eff[grid[0, j, 0]])
+        opt_s = max(opt_s, t)
+    dp_s = 0.0
+    if dp > 1:
+        table = dp_link_table(grid, stage_params, latency, bandwidth, node_of, uplink)
+        for j in range(pp):
+            for k in range(tp):
+                g = table[j * tp + k]
+                n = int(g[0])
+                eff = link_eff[grid[0, j, k]]
+                t = (all_gather_seconds(n, g[1], g[2], g[9], stage_params[j] * grad_bytes, eff)
+                     + all_gather_seconds(n, g[1], g[2], g[9], stage_params[j] * value_bytes,
+                                          eff))
+                dp_s = max(dp_s, t)
+    return dp_s, opt_s

@@ -1,0 +1,203 @@
+"""The compiled kernels (hetrl.cost.kernels) equal plain definitions of what they compute, bit
+for bit, both compiled and run as Python (``py_func``): the weight sync's pulls, a device set's
+collective link facts, and the DP gradient sync and optimizer step of a training grid."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hetrl.cost import kernels
+from hetrl.spec.presets import cluster_preset
+
+BOTH = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+
+
+def _fn(kernel, compiled: bool):
+    return kernel if compiled else kernel.py_func
+
+
+def _random_topology(rng, n_dev: int, n_nodes: int):
+    """Latency (s) and bandwidth (bytes/s) matrices drawn from few values (so that pulls and
+    rings tie), a node per device and an uplink per node."""
+    node_of = np.sort(rng.integers(0, n_nodes, n_dev)).astype(np.int64)
+    lat = rng.choice([1e-6, 5e-3, 5.02e-3, 2e-2], size=(n_dev, n_dev))
+    bw = rng.choice([1e9, 1.005e9, 5e10, 3e11], size=(n_dev, n_dev))
+    lat, bw = np.minimum(lat, lat.T), np.minimum(bw, bw.T)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(bw, np.inf)
+    uplink = rng.choice([2.5e9, 5e10], size=n_nodes)
+    return lat, bw, node_of, uplink
+
+
+# --- weight sync ------------------------------------------------------------------------------
+
+def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own_local,
+                         gpu_link, node_of, uplink):
+    """Each destination in order, stage by stage: the pull times from every source of the stage
+    (latency + bytes / (bandwidth x efficiency); its own device: a local copy over HBM or
+    never), the least loaded source within 1% of the quickest; then the slowest of the chosen
+    pulls, of every device's bytes over its GPU link and of every node's over its uplink."""
+    n_stages, n_src = src.shape
+    best = np.zeros((n_stages, dst.size), dtype=np.int64)
+    chosen = np.zeros((n_stages, dst.size))
+    dev_out, dev_in = np.zeros(node_of.size), np.zeros(node_of.size)
+    node_out, node_in = np.zeros(uplink.size), np.zeros(uplink.size)
+    for s in range(n_stages):
+        sent = [0.0] * n_src
+        for k, d in enumerate(dst.tolist()):
+            b = float(nbytes[s, k])
+            pulls = []
+            for a in src[s].tolist():
+                if a == d:
+                    pulls.append(2 * b / hbm_eff[d] if own_local else math.inf)
+                elif need[s, k]:
+                    pulls.append(lat[a, d] + b / (bw[a, d] * link_eff[d]))
+                else:
+                    pulls.append(0.0)
+            near = [i for i, t in enumerate(pulls) if t <= min(pulls) * 1.01]
+            i = min(near, key=lambda i: (sent[i], i))
+            sent[i] += b
+            best[s, k], chosen[s, k] = i, pulls[i]
+            a = int(src[s, i])
+            if a != d and need[s, k]:
+                dev_out[a] += b
+                dev_in[d] += b
+                if node_of[a] != node_of[d]:
+                    node_out[node_of[a]] += b
+                    node_in[node_of[d]] += b
+    nic = uplink * link_eff[dst].min()
+    worst = max(chosen.max(), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
+                (node_out / nic).max(), (node_in / nic).max())
+    return worst, best, chosen
+
+
+@BOTH
+def test_weight_sync_pulls_equal_their_definition(compiled):
+    rng = np.random.default_rng(21)
+    fn = _fn(kernels.weight_sync_pulls, compiled)
+    for _ in range(60):
+        n_dev = int(rng.integers(2, 24))
+        lat, bw, node_of, uplink = _random_topology(rng, n_dev, int(rng.integers(1, 5)))
+        n_stages, n_src = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        src = rng.integers(0, n_dev, (n_stages, n_src)).astype(np.int64)
+        dst = rng.permutation(n_dev)[:int(rng.integers(1, n_dev + 1))].astype(np.int64)
+        nbytes = rng.choice([0.0, 1e8, 2e8, 7e8], size=(n_stages, dst.size))
+        need = nbytes > 0
+        link_eff = rng.choice([0.7, 0.8], n_dev)
+        hbm_eff = rng.choice([1e12, 2e12], n_dev)
+        gpu_link = rng.choice([6.4e10, 3e11], n_dev)
+        own_local = bool(rng.integers(0, 2))
+        args = (src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own_local, gpu_link,
+                node_of, uplink)
+        worst, best, chosen = fn(*args)
+        want = _pulls_by_definition(*args)
+        assert worst == want[0]
+        assert np.array_equal(best, want[1]) and np.array_equal(chosen, want[2])
+
+
+# --- collective link facts --------------------------------------------------------------------
+
+def _ring(lat, bw, order):
+    if len(order) < 2:
+        return 0.0, math.inf
+    pairs = list(zip(order, order[1:] + order[:1], strict=True))
+    return max(lat[a, b] for a, b in pairs), min(bw[a, b] for a, b in pairs)
+
+
+def _links_by_definition(devices, lat, bw, node_of, uplink):
+    """The ring through the devices ordered by (node, id), each node's ring, the ring through
+    each node's first device, and the smallest uplink share per device on a node."""
+    order = sorted(devices, key=lambda d: (node_of[d], d))
+    by_node: dict[int, list[int]] = {}
+    for d in order:
+        by_node.setdefault(int(node_of[d]), []).append(d)
+    sizes = {len(v) for v in by_node.values()}
+    intra = [_ring(lat, bw, m) for m in by_node.values()]
+    cross = (min(uplink[k] / len(m) for k, m in by_node.items()) if len(by_node) > 1
+             else math.inf)
+    return [len(devices), *_ring(lat, bw, order), len(by_node),
+            sizes.pop() if len(sizes) == 1 else 0, max(a for a, _ in intra),
+            min(b for _, b in intra), *_ring(lat, bw, [m[0] for m in by_node.values()]), cross]
+
+
+@BOTH
+def test_group_link_facts_equal_their_definition(compiled):
+    rng = np.random.default_rng(23)
+    fn = _fn(kernels.group_link_facts, compiled)
+    paper64 = cluster_preset("paper64-multi-continent").topology
+    for i in range(200):
+        if i % 2:
+            t = paper64
+            lat, bw, node_of, uplink = t.latency_s, t.bandwidth_Bps, t.node_of, t.uplink_Bps
+        else:
+            lat, bw, node_of, uplink = _random_topology(rng, 16, int(rng.integers(1, 6)))
+        devices = rng.permutation(node_of.size)[:int(rng.integers(1, 17))].astype(np.int64)
+        got = fn(devices, lat, bw, node_of, uplink).tolist()
+        assert got == _links_by_definition(devices.tolist(), lat, bw, node_of, uplink)
+
+
+# --- DP gradient sync and optimizer step --------------------------------------------------------
+
+def _dp_optimizer_by_definition(grid, stage_params, grad_bytes, value_bytes, optimizer_bytes,
+                                hbm, hbm_eff, link_eff, lat, bw, node_of, uplink):
+    """Per stage the optimizer's bytes / dp over its slowest HBM; per DP group (stage j, tp rank
+    k) a reduce-scatter and an all-gather on its links, the uplink of each node its ring leaves
+    shared among all such rings in proportion to their bytes."""
+    dp, pp, tp = grid.shape
+    opt_s = max(stage_params[j] * optimizer_bytes / dp
+                / (min(hbm[d] for d in grid[:, j, :].ravel()) * hbm_eff[grid[0, j, 0]])
+                for j in range(pp))
+    if dp == 1:
+        return 0.0, opt_s
+    groups = [(j, k, grid[:, j, k].tolist()) for j in range(pp) for k in range(tp)]
+    links = {(j, k): _links_by_definition(m, lat, bw, node_of, uplink) for j, k, m in groups}
+    load: dict[int, float] = {}
+    for j, k, members in groups:
+        if links[j, k][3] > 1:
+            for n in dict.fromkeys(int(node_of[d]) for d in members):
+                load[n] = load.get(n, 0.0) + stage_params[j]
+    dp_s = 0.0
+    for j, k, members in groups:
+        n, ring_lat, ring_bw, nodes, *_, cross = links[j, k]
+        if nodes > 1:
+            for node in dict.fromkeys(int(node_of[d]) for d in members):
+                share = uplink[node] * stage_params[j] / load[node]
+                count = sum(int(node_of[d]) == node for d in members)
+                ring_bw, cross = min(ring_bw, share), min(cross, share / count)
+        eff = link_eff[members[0]]
+        t = sum(kernels.all_gather_seconds.py_func(n, ring_lat, ring_bw, cross,
+                                                   stage_params[j] * b, eff)
+                for b in (grad_bytes, value_bytes))
+        dp_s = max(dp_s, t)
+    return dp_s, opt_s
+
+
+@BOTH
+def test_dp_optimizer_seconds_equal_their_definition(compiled):
+    rng = np.random.default_rng(25)
+    fn = _fn(kernels.dp_optimizer_seconds, compiled)
+    for _ in range(80):
+        n_dev = 27
+        lat, bw, node_of, uplink = _random_topology(rng, n_dev, int(rng.integers(1, 6)))
+        dp, pp, tp = (int(x) for x in rng.choice([1, 2, 3], 3))
+        grid = rng.permutation(n_dev)[:dp * pp * tp].reshape(dp, pp, tp).astype(np.int64)
+        stage_params = rng.choice([1e8, 3e8, 4.4e9], pp)
+        hbm, hbm_eff = rng.choice([8e11, 2e12], n_dev), rng.choice([0.8, 0.9], n_dev)
+        link_eff = rng.choice([0.7, 0.8], n_dev)
+        args = (grid, stage_params, 4.0, 2.0, 16.0, hbm, hbm_eff, link_eff, lat, bw, node_of,
+                uplink)
+        assert fn(*args) == _dp_optimizer_by_definition(*args)
+
+
+def test_all_gather_takes_the_better_of_ring_and_tree():
+    # 8 devices, 1 ms per step, 1e9 B/s rings, 1e8 B/s per flow across nodes, 1 GB, eff 0.5:
+    # ring 7 x 1e-3 + 7/8 x 1e9 / 5e8 = 1.757 s; tree 3 x 1e-3 + 1e9 / 5e7 = 20.003 s
+    assert kernels.all_gather_seconds(8, 1e-3, 1e9, 1e8, 1e9, 0.5) == pytest.approx(1.757)
+    # with an equally fast cross-node flow the tree wins: 3e-3 + 1e9 / 5e8 = 2.003 > ring; a
+    # 1 KB message: ring 7e-3 + 1.75e-6, tree 3e-3 + 2e-6
+    assert kernels.all_gather_seconds(8, 1e-3, 1e9, 1e9, 1e3, 0.5) == pytest.approx(3.002e-3)
+    assert kernels.all_gather_seconds(1, 1e-3, 1e9, 1e9, 1e9, 0.5) == 0.0
+    assert [kernels.ceil_log2(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 1, 2, 2, 3, 3, 4]
