@@ -288,3 +288,29 @@ def dp_optimizer_seconds(grid: np.ndarray, stage_params: np.ndarray, grad_bytes:
                                           eff))
                 dp_s = max(dp_s, t)
     return dp_s, opt_s
+
+
+# --- rollout data to an inference or training task -------------------------------------------
+
+@compiled
+def data_fan_in_seconds(src: np.ndarray, dst: np.ndarray, shares: np.ndarray, samples: int,
+                        tokens_per_sample: float, bytes_per_token: float,
+                        latency: np.ndarray, bandwidth: np.ndarray, efficiency: float) -> float:
+    """Seconds until every replica of a task has its rollout data: replica i (its first device
+    ``dst[i]``) receives ``samples`` x ``shares[i]`` x ``tokens_per_sample`` x
+    ``bytes_per_token`` bytes from the generation replicas (first devices ``src``) other than
+    itself, over the slowest latency (s) and the narrowest bandwidth (bytes/s, x
+    ``efficiency``) from them; the slowest replica. A replica with no other source: 0."""
+    worst = 0.0
+    for i in range(dst.size):
+        d = dst[i]
+        lat, bw, found = -np.inf, np.inf, False
+        for s in src:
+            if s != d:
+                found = True
+                lat = max(lat, latency[s, d])
+                bw = min(bw, bandwidth[s, d])
+        if found:
+            nbytes = samples * shares[i] * tokens_per_sample * bytes_per_token
+            worst = max(worst, lat + nbytes / (bw * efficiency))
+    return worst

@@ -201,3 +201,30 @@ def test_all_gather_takes_the_better_of_ring_and_tree():
     assert kernels.all_gather_seconds(8, 1e-3, 1e9, 1e9, 1e3, 0.5) == pytest.approx(3.002e-3)
     assert kernels.all_gather_seconds(1, 1e-3, 1e9, 1e9, 1e9, 0.5) == 0.0
     assert [kernels.ceil_log2(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 1, 2, 2, 3, 3, 4]
+
+
+# --- rollout data -----------------------------------------------------------------------------
+
+@BOTH
+def test_data_fan_in_equals_its_definition(compiled):
+    """Each replica receives its share of the rollout bytes over the slowest latency and the
+    narrowest bandwidth from the generation replicas other than itself; the slowest replica."""
+    rng = np.random.default_rng(27)
+    fn = _fn(kernels.data_fan_in_seconds, compiled)
+    for _ in range(100):
+        lat, bw, _, _ = _random_topology(rng, 12, 3)
+        src = rng.permutation(12)[:int(rng.integers(1, 6))].astype(np.int64)
+        dst = rng.permutation(12)[:int(rng.integers(1, 4))].astype(np.int64)
+        shares = rng.dirichlet(np.ones(dst.size))
+        want = 0.0
+        for d, share in zip(dst.tolist(), shares.tolist(), strict=True):
+            others = [s for s in src.tolist() if s != d]
+            if others:
+                nbytes = 3072 * share * 600.5 * 20.0
+                want = max(want, max(lat[s, d] for s in others)
+                           + nbytes / (min(bw[s, d] for s in others) * 0.8))
+        assert fn(src, dst, shares, 3072, 600.5, 20.0, lat, bw, 0.8) == want
+    # a strided view (each replica's first device) works as a contiguous array does
+    grid = np.arange(12, dtype=np.int64)
+    assert fn(grid[::4], grid[1::4], np.full(3, 1 / 3), 8, 10.0, 4.0, lat, bw, 0.8) == fn(
+        grid[::4].copy(), grid[1::4].copy(), np.full(3, 1 / 3), 8, 10.0, 4.0, lat, bw, 0.8)
