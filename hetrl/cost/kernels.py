@@ -314,3 +314,92 @@ def data_fan_in_seconds(src: np.ndarray, dst: np.ndarray, shares: np.ndarray, sa
             nbytes = samples * shares[i] * tokens_per_sample * bytes_per_token
             worst = max(worst, lat + nbytes / (bw * efficiency))
     return worst
+
+
+@compiled
+def all_reduce_seconds(n: int, ring_latency_s: float, ring_Bps: float, nodes: int,
+                       per_node: int, intra_latency_s: float, intra_Bps: float,
+                       inter_latency_s: float, inter_Bps: float, cross_Bps: float,
+                       nbytes: float, efficiency: float) -> float:
+    """All-reduce of ``nbytes`` per device over a group with these link facts
+    (:data:`LINK_FACTS`): the best of a ring (2(n - 1) steps), a tree (2 ceil(log2 n) steps,
+    its cross-node flows at ``cross_Bps`` each) and, when every node holds ``per_node`` of the
+    devices, the hierarchical scheme (reduce-scatter in each node, all-reduce of a 1/per_node
+    slice between the nodes over per_node flows sharing the uplink, all-gather in each node)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    bw = ring_Bps * efficiency
+    ring = 2 * (n - 1) * ring_latency_s + 2 * (n - 1) / n * nbytes / bw
+    tree_bw = bw if ring_Bps <= cross_Bps else cross_Bps * efficiency
+    tree = 2 * ceil_log2(n) * ring_latency_s + 2 * nbytes / tree_bw
+    best = ring if ring < tree else tree
+    if nodes > 1 and per_node >= 1:
+        k, m = nodes, per_node
+        intra = 0.0
+        if m > 1:
+            ibw = intra_Bps * efficiency
+            intra = 2 * ((m - 1) * intra_latency_s + (m - 1) / m * nbytes / ibw)
+        slice_bytes = nbytes / m  # each local rank carries its slice on its own flow
+        xbw = min(inter_Bps, cross_Bps) * efficiency  # the m flows share the node uplink
+        inter = min(2 * (k - 1) * inter_latency_s + 2 * (k - 1) / k * slice_bytes / xbw,
+                    2 * ceil_log2(k) * inter_latency_s + 2 * slice_bytes / xbw)
+        best = min(best, intra + inter)
+    return best
+
+
+# --- a forward (inference) or forward + backward (training) replica -------------------------
+
+#: Columns of a stage row of :func:`forward_replica_seconds`, then the :data:`LINK_FACTS` of
+#: the stage's TP group.
+FORWARD_STAGE = ("matmul_flops_per_token", "attn_flops_per_token_ctx", "flops_per_s",
+                 "weight_read_s", "tp_allreduces", "link_eff")
+
+
+@compiled
+def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, m: int,
+                            seq_mean: float, seq_sq_mean: float, hidden: int, value_bytes: int,
+                            flops_mult: float, backward: bool, fill_all: bool
+                            ) -> tuple[float, float, float, float, float, float]:
+    """One replica's ``m`` micro-batches of ``seqs`` sequences, pipelined over its stages.
+
+    Per stage (a row of ``stages``: :data:`FORWARD_STAGE` then its TP links) and micro-batch:
+    compute ``flops_mult`` x (tokens x matmul FLOPs + attention FLOPs x seqs x E[len^2] / 2) /
+    FLOP rate or the weight reads, whichever is larger, plus the TP all-reduces of the
+    activations (tokens x hidden x ``value_bytes``), plus the sends over the stage's outgoing
+    boundary (``sends`` rows: latency s, bandwidth bytes/s, link efficiency) and, with
+    ``backward``, the gradient back over its incoming one. ``fill_all`` (inference): the sum of
+    the stages plus (m - 1) x the slowest; else (1F1B training) (m + pp - 1) x the slowest.
+    Returns (seconds, and the slowest stage's compute, HBM, TP and send seconds x m, bubble)."""
+    pp = stages.shape[0]
+    tokens = seqs * seq_mean
+    msg = tokens * hidden * value_bytes
+    n_sends = sends.shape[0]
+    send = np.zeros(n_sends)
+    for j in range(n_sends):
+        if msg > 0:
+            send[j] = sends[j, 0] + msg / (sends[j, 1] * sends[j, 2])
+    slow, total_per = -np.inf, 0.0
+    comp_k = mem_k = tp_k = bnd_k = 0.0
+    for j in range(pp):
+        st = stages[j]
+        c = flops_mult * (tokens * st[0] + st[1] * seqs * seq_sq_mean / 2) / st[2]
+        hb = st[3]
+        comp = c if c >= hb else 0.0
+        mem = hb if hb > c else 0.0
+        tp = st[4] * all_reduce_seconds(int(st[6]), st[7], st[8], int(st[9]), int(st[10]),
+                                        st[11], st[12], st[13], st[14], st[15], msg, st[5])
+        out = send[j] if j < n_sends else 0.0
+        back = send[j - 1] if backward and j > 0 else 0.0
+        bnd = out + back
+        per = comp + mem + tp + bnd
+        total_per += per
+        if per > slow:  # the first slowest stage
+            slow = per
+            comp_k, mem_k, tp_k, bnd_k = comp, mem, tp, bnd
+    if fill_all:
+        total = total_per + (m - 1) * slow
+        bubble = total_per - slow
+    else:
+        total = (m + pp - 1) * slow
+        bubble = (pp - 1) * slow
+    return total, m * comp_k, m * mem_k, m * tp_k, m * bnd_k, bubble

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.cost.kernels import all_gather_seconds, group_link_facts
+from hetrl.cost.kernels import all_gather_seconds, all_reduce_seconds, group_link_facts
 from hetrl.spec.cluster import MEMO_SIZE, ClusterSpec
 
 
@@ -180,27 +180,11 @@ def _log2(n: int) -> int:
 
 
 def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
-    """All-reduce of ``nbytes`` per device over the group (best of ring, tree, hierarchical)."""
-    n = g.n
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    bw = g.ring_Bps * efficiency
-    ring = 2 * (n - 1) * g.ring_latency_s + 2 * (n - 1) / n * nbytes / bw
-    tree_bw = bw if g.ring_Bps <= g.cross_Bps else g.cross_Bps * efficiency  # (hot: no min())
-    tree = 2 * _log2(n) * g.ring_latency_s + 2 * nbytes / tree_bw
-    best = ring if ring < tree else tree
-    if g.nodes > 1 and g.per_node >= 1:
-        k, m = g.nodes, g.per_node
-        intra = 0.0
-        if m > 1:
-            ibw = g.intra_Bps * efficiency
-            intra = 2 * ((m - 1) * g.intra_latency_s + (m - 1) / m * nbytes / ibw)
-        slice_bytes = nbytes / m  # each local rank carries its slice on its own flow
-        xbw = min(g.inter_Bps, g.cross_Bps) * efficiency  # the m flows share the node uplink
-        inter = min(2 * (k - 1) * g.inter_latency_s + 2 * (k - 1) / k * slice_bytes / xbw,
-                    2 * _log2(k) * g.inter_latency_s + 2 * slice_bytes / xbw)
-        best = min(best, intra + inter)
-    return best
+    """All-reduce of ``nbytes`` per device over the group (best of ring, tree, hierarchical:
+    :func:`hetrl.cost.kernels.all_reduce_seconds`)."""
+    return float(all_reduce_seconds(g.n, g.ring_latency_s, g.ring_Bps, g.nodes, g.per_node,
+                                    g.intra_latency_s, g.intra_Bps, g.inter_latency_s,
+                                    g.inter_Bps, g.cross_Bps, nbytes, efficiency))
 
 
 def all_gather_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:

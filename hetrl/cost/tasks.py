@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.flops import StageShape
+from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import (
@@ -280,7 +281,8 @@ def _micro(n: float, mbs: int) -> tuple[int, float]:
 def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
                   params: CostParams, kind: str, flops_mult: float, tp_allreduces: int
                   ) -> tuple[list[tuple], list[tuple[float, float, float]], int, int]:
-    """The n-independent factors of :func:`_stage_times` (memoised per shapes, hardware,
+    """The n-independent factors of a forward or training replica's stages (the inputs of
+    :func:`hetrl.cost.kernels.forward_replica_seconds`; memoised per shapes, hardware,
     lengths, params and kernel kind): per stage (matmul FLOPs/token, attention FLOPs/token/ctx,
     FLOP rate, weight-read seconds, TP all-reduces x layers, TP links, link efficiency), per
     boundary (latency, bandwidth, link efficiency), hidden size, bytes per value."""
@@ -301,39 +303,6 @@ def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     if len(_CONSTS) < 100_000:
         _CONSTS[key] = out
     return out
-
-
-def _stage_times(shapes: tuple[StageShape, ...], hw: ReplicaHW, seqs: float, L: LengthStats,
-                 params: CostParams, kind: str, flops_mult: float, tp_allreduces: int,
-                 backward: bool) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Per stage, for one micro-batch of ``seqs`` sequences: compute, HBM, TP and send times
-    (seconds). A stage sends its activations over its outgoing boundary; with ``backward`` it
-    also sends the activation gradient back over its incoming boundary (same size), so a
-    boundary is paid once in each direction, by the stage that sends. ``flops_mult`` 1 forward,
-    3 fwd+bwd, 4 with recomputation."""
-    return _times_from(_stage_consts(shapes, hw, L, params, kind, flops_mult, tp_allreduces),
-                       seqs, L, flops_mult, backward)
-
-
-def _times_from(consts: tuple, seqs: float, L: LengthStats, flops_mult: float, backward: bool
-                ) -> tuple[list[float], list[float], list[float], list[float]]:
-    """:func:`_stage_times` from its factors (``consts``: :func:`_stage_consts`)."""
-    stages, bounds, h, bpv = consts
-    tokens = seqs * L.seq_mean
-    msg = tokens * h * bpv
-    sq = L.seq_sq_mean
-    comp, mem, tps, bnd = [], [], [], []
-    sends = [p2p_time(msg, lat, bw, eff) for lat, bw, eff in bounds]
-    last = len(sends)
-    for j, (mfpt, afpc, rate, hb, tpl, g, link_eff) in enumerate(stages):
-        c = flops_mult * (tokens * mfpt + afpc * seqs * sq / 2) / rate
-        comp.append(c if c >= hb else 0.0)
-        mem.append(hb if hb > c else 0.0)
-        tps.append(tpl * all_reduce_time(msg, g, link_eff))
-        out = sends[j] if j < last else 0.0
-        back = sends[j - 1] if backward and j > 0 else 0.0
-        bnd.append(out + back)
-    return comp, mem, tps, bnd
 
 
 def inference_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mbs: int,
@@ -379,28 +348,22 @@ class _ForwardEngine:
         else:
             self.mult, self.allreduces, flops_kind = 1.0, 2, "infer_flops"
         self.L, self.mbs = L, mbs
-        self.consts = _stage_consts(shapes, hw, L, params, flops_kind, self.mult, self.allreduces)
+        stages, sends, self.hidden, self.value_bytes = _stage_consts(
+            shapes, hw, L, params, flops_kind, self.mult, self.allreduces)
+        #: per stage its factors and its TP group's links (kernels.FORWARD_STAGE, LINK_FACTS),
+        #: per boundary (latency s, bandwidth bytes/s, link efficiency)
+        self.stages = np.array([(mfpt, afpc, rate, hb, tpl, link_eff, g.n, g.ring_latency_s,
+                                 g.ring_Bps, g.nodes, g.per_node, g.intra_latency_s,
+                                 g.intra_Bps, g.inter_latency_s, g.inter_Bps, g.cross_Bps)
+                                for mfpt, afpc, rate, hb, tpl, g, link_eff in stages], dtype=float)
+        self.sends = np.array(sends, dtype=float).reshape(len(sends), 3)
 
     def replica(self, n: float) -> ReplicaCost:
         if n <= 0:
             return ReplicaCost(0.0, _parts())
         m, seqs = _micro(n, self.mbs)
-        comp, mem, tps, bnd = _times_from(self.consts, seqs, self.L, self.mult, self.training)
-        return _pipeline(m, comp, mem, tps, bnd, fill_all=not self.training)
-
-
-def _pipeline(m: int, comp: list[float], mem: list[float], tps: list[float], bnd: list[float],
-              fill_all: bool) -> ReplicaCost:
-    per = [c + h + t + b for c, h, t, b in zip(comp, mem, tps, bnd, strict=True)]
-    slow = max(per)
-    k = per.index(slow)  # the first slowest stage, as numpy's argmax
-    pp = len(per)
-    if fill_all:
-        total_per = sum(per)
-        total = total_per + (m - 1) * slow
-        bubble = total_per - slow
-    else:
-        total = (m + pp - 1) * slow
-        bubble = (pp - 1) * slow
-    parts = _parts(compute=m * comp[k], hbm=m * mem[k], tp=m * tps[k], pp=m * bnd[k], bubble=bubble)
-    return ReplicaCost(total, parts)
+        total, compute, hbm, tp, pp, bubble = forward_replica_seconds(
+            self.stages, self.sends, seqs, m, self.L.seq_mean, self.L.seq_sq_mean, self.hidden,
+            self.value_bytes, self.mult, self.training, not self.training)
+        return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
+                                   "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0})

@@ -228,3 +228,72 @@ def test_data_fan_in_equals_its_definition(compiled):
     grid = np.arange(12, dtype=np.int64)
     assert fn(grid[::4], grid[1::4], np.full(3, 1 / 3), 8, 10.0, 4.0, lat, bw, 0.8) == fn(
         grid[::4].copy(), grid[1::4].copy(), np.full(3, 1 / 3), 8, 10.0, 4.0, lat, bw, 0.8)
+
+
+# --- a forward / training replica ---------------------------------------------------------------
+
+def _forward_by_definition(consts, n, mbs, L, mult, training):
+    """Per stage and micro-batch: max(compute, weight reads) + TP all-reduces + its sends (and
+    with backward the gradient back); inference fills the pipeline (sum + (m - 1) x slowest),
+    1F1B training takes (m + pp - 1) x the slowest stage."""
+    from hetrl.cost.primitives import all_reduce_time, p2p_time
+
+    stages, bounds, h, bpv = consts
+    m = max(1, math.ceil(n / mbs - 1e-9))
+    seqs = n / m
+    tokens = seqs * L.seq_mean
+    msg = tokens * h * bpv
+    sends = [p2p_time(msg, lat, bw, eff) for lat, bw, eff in bounds]
+    per, parts = [], []
+    for j, (mfpt, afpc, rate, hb, tpl, g, link_eff) in enumerate(stages):
+        c = mult * (tokens * mfpt + afpc * seqs * L.seq_sq_mean / 2) / rate
+        comp, mem = (c if c >= hb else 0.0), (hb if hb > c else 0.0)
+        tp = tpl * all_reduce_time(msg, g, link_eff)
+        bnd = (sends[j] if j < len(sends) else 0.0) + (
+            sends[j - 1] if training and j > 0 else 0.0)
+        per.append(comp + mem + tp + bnd)
+        parts.append((comp, mem, tp, bnd))
+    slow = max(per)
+    k = per.index(slow)
+    pp = len(per)
+    if training:
+        total, bubble = (m + pp - 1) * slow, (pp - 1) * slow
+    else:
+        total, bubble = sum(per) + (m - 1) * slow, sum(per) - slow
+    return (total, *(m * x for x in parts[k]), bubble)
+
+
+@pytest.mark.parametrize("kind", ["inference", "training"])
+def test_forward_replica_equals_its_definition(kind):
+    from hetrl.cost.flops import stage_shapes
+    from hetrl.cost.lengths import length_stats
+    from hetrl.cost.params import DEFAULT_PARAMS
+    from hetrl.cost.replica import replica_hw
+    from hetrl.cost.tasks import _stage_consts, forward_engine
+    from hetrl.spec.presets import workload_preset
+
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    L = length_stats(wl)
+    cluster = cluster_preset("paper64-multi-continent")
+    rng = np.random.default_rng(29)
+    for _ in range(40):
+        tp, pp = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2, 3]))
+        devs = [int(d) for d in rng.permutation(cluster.num_devices)[:tp * pp]]
+        replica = tuple(tuple(devs[j * tp:(j + 1) * tp]) for j in range(pp))
+        layers = [36 // pp] * pp
+        layers[-1] += 36 - sum(layers)
+        shapes = stage_shapes(wl.model("actor"), tuple(layers), tp, True, wl.bytes_per_value)
+        hw = replica_hw(cluster, replica)
+        recompute = bool(rng.integers(0, 2))
+        engine = forward_engine(kind, shapes, hw, L, DEFAULT_PARAMS, 4, recompute)
+        training = kind == "training"
+        mult, allreduces = ((4.0, 6) if recompute else (3.0, 4)) if training else (1.0, 2)
+        consts = _stage_consts(shapes, hw, L, DEFAULT_PARAMS,
+                               "train_flops" if training else "infer_flops", mult, allreduces)
+        for n in rng.uniform(0.5, 500.0, 5).tolist():
+            got = engine.replica(n)
+            total, compute, hbm, tp_s, pp_s, bubble = _forward_by_definition(
+                consts, n, 4, L, mult, training)
+            assert got.seconds == total
+            assert (got.parts["compute"], got.parts["hbm"], got.parts["tp"], got.parts["pp"],
+                    got.parts["bubble"]) == (compute, hbm, tp_s, pp_s, bubble)
