@@ -293,27 +293,21 @@ def dp_optimizer_seconds(grid: np.ndarray, stage_params: np.ndarray, grad_bytes:
 # --- rollout data to an inference or training task -------------------------------------------
 
 @compiled
-def data_fan_in_seconds(src: np.ndarray, dst: np.ndarray, shares: np.ndarray, samples: int,
-                        tokens_per_sample: float, bytes_per_token: float,
-                        latency: np.ndarray, bandwidth: np.ndarray, efficiency: float) -> float:
-    """Seconds until every replica of a task has its rollout data: replica i (its first device
-    ``dst[i]``) receives ``samples`` x ``shares[i]`` x ``tokens_per_sample`` x
-    ``bytes_per_token`` bytes from the generation replicas (first devices ``src``) other than
-    itself, over the slowest latency (s) and the narrowest bandwidth (bytes/s, x
-    ``efficiency``) from them; the slowest replica. A replica with no other source: 0."""
-    worst = 0.0
+def fan_in_link_facts(src: np.ndarray, dst: np.ndarray, latency: np.ndarray,
+                      bandwidth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device of ``dst``: the slowest latency (s) and the narrowest bandwidth (bytes/s)
+    from the devices of ``src`` other than itself, and whether there is one."""
+    lat = np.full(dst.size, -np.inf)
+    bw = np.full(dst.size, np.inf)
+    found = np.zeros(dst.size, dtype=np.bool_)
     for i in range(dst.size):
         d = dst[i]
-        lat, bw, found = -np.inf, np.inf, False
         for s in src:
             if s != d:
-                found = True
-                lat = max(lat, latency[s, d])
-                bw = min(bw, bandwidth[s, d])
-        if found:
-            nbytes = samples * shares[i] * tokens_per_sample * bytes_per_token
-            worst = max(worst, lat + nbytes / (bw * efficiency))
-    return worst
+                found[i] = True
+                lat[i] = max(lat[i], latency[s, d])
+                bw[i] = min(bw[i], bandwidth[s, d])
+    return lat, bw, found
 
 
 @compiled

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
-from hetrl.cost.kernels import data_fan_in_seconds, dp_link_table, dp_optimizer_seconds
+from hetrl.cost.kernels import dp_link_table, dp_optimizer_seconds, fan_in_link_facts
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -602,13 +602,17 @@ class CostModel:
         out = self._tasklevel.get(key)
         if out is not None:
             return out
-        topo = self.cluster.topology
-        dst = p.device_array[::p.pp * p.tp]  # each replica's first device
-        worst = data_fan_in_seconds(
-            gen.device_array[::gen.pp * gen.tp], dst, np.array(p.data_shares),
-            self.workload.samples, self.L.seq_mean, DATA_BYTES_PER_TOKEN[kind], topo.latency_s,
-            topo.bandwidth_Bps, self.params.efficiency(self.cluster.devices[dst[0]].gpu.name,
-                                                       "link"))
+        src = tuple(r[0][0] for r in gen.devices)
+        dst = tuple(r[0][0] for r in p.devices)
+        links = fan_in_links(self.cluster, src, dst)
+        worst = 0.0
+        eff = self.params.efficiency(self.cluster.devices[dst[0]].gpu.name, "link")
+        for share, link in zip(p.data_shares, links, strict=True):
+            if link is None:
+                continue
+            lat, bw = link
+            nbytes = self.workload.samples * share * self.L.seq_mean * DATA_BYTES_PER_TOKEN[kind]
+            worst = max(worst, lat + nbytes / (bw * eff))
         self._tasklevel[key] = worst
         return worst
 
@@ -706,7 +710,7 @@ class CostModel:
                 disjoint = hit[1]
             else:
                 used = np.concatenate([g.peak_ids for g in out])
-                disjoint = np.unique(used).size == used.size
+                disjoint = int(np.bincount(used).max()) <= 1
                 self._tasklevel[key] = (out, disjoint)
             if not disjoint:
                 out = [self._group(pl, copies)]
@@ -799,6 +803,19 @@ def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]
                           topo.latency_s, topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
     tp = len(grid[0][0])
     return [(i // tp, links_from_row(row)) for i, row in enumerate(table)]
+
+
+def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],
+                 dst: tuple[int, ...]) -> list[tuple[float, float] | None]:
+    """Per device of ``dst``: the slowest latency (s) and narrowest bandwidth (bytes/s) from the
+    devices of ``src`` other than itself (None if there are none). Memoised per cluster."""
+    def compute() -> list[tuple[float, float] | None]:
+        topo = cluster.topology
+        lat, bw, found = fan_in_link_facts(np.array(src), np.array(dst), topo.latency_s,
+                                           topo.bandwidth_Bps)
+        return [(a, b) if f else None
+                for a, b, f in zip(lat.tolist(), bw.tolist(), found.tolist(), strict=True)]
+    return cluster.topology.memoised("fan_in", (src, dst), compute)
 
 
 @lru_cache(maxsize=32)
