@@ -215,7 +215,6 @@ class CostModel:
         self._plans: dict[Any, Estimate] = {}
         self._sync: dict[Any, float] = {}
         self._groups: dict[Any, _GroupResult] = {}
-        self._makespan: dict[Any, Any] = {}
         static = _STATIC.get((id(workload), id(cluster), id(params)))
         if static is None or static[0] is not workload or static[1] is not cluster \
                 or static[2] is not params:
@@ -226,7 +225,7 @@ class CostModel:
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {}, gpus)
+                      {}, {}, {}, {}, {}, {}, gpus, {})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -249,6 +248,9 @@ class CostModel:
         self._group_mem: dict[Any, tuple] = static[12]
         #: per device its GPU type name and memory (GB), for memory messages
         self._gpus: tuple[tuple[str, float], ...] = static[13]
+        #: the workflow's merge steps per (stage tasks, device sets): pure facts of the
+        #: grouping, shared (see workflow.iteration_time)
+        self._makespan: dict[Any, Any] = static[14]
         #: entries of each of the two before it starts afresh (an entry holds about 16 arrays
         #: over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
@@ -648,7 +650,7 @@ class CostModel:
 
     def _own_memos(self) -> tuple[dict, ...]:
         return (self._plans, self._tasks, self._groups, self._memory, self._tasklevel,
-                self._replica, self._sync, self._makespan)
+                self._replica, self._sync)
 
     def memo_entries(self) -> int:
         """How many entries this cost model's own memos hold (not the shared, bounded ones)."""
@@ -678,6 +680,8 @@ class CostModel:
         sync_s = self._weight_sync(gen, placements["actor_training"])
         seconds = {t: r.seconds for t, r in results.items()}
         devices = {t: d for g in groups for t, d in g.device_sets}
+        if len(self._makespan) >= self._shared_entries:
+            self._makespan.clear()
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
                                    self.params.eta, self._makespan)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
