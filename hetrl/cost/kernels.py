@@ -21,6 +21,12 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps a ba
     _njit = None
 
 
+def warm_up() -> None:
+    """Start numba's code generator in this process (the first call of any kernel costs about
+    0.2-0.4 s, once per process), so that a timed search does not count it."""
+    ceil_log2(2)
+
+
 def compiled(fn):
     """``fn`` compiled by numba (no Python objects, cached on disk), or ``fn`` itself."""
     if _njit is None:
