@@ -364,10 +364,12 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
 
     Per stage (a row of ``stages``: :data:`FORWARD_STAGE` then its TP links) and micro-batch:
     compute ``flops_mult`` x (tokens x matmul FLOPs + attention FLOPs x seqs x E[len^2] / 2) /
-    FLOP rate or the weight reads, whichever is larger, plus the TP all-reduces of the
-    activations (tokens x hidden x ``value_bytes``), plus the sends over the stage's outgoing
-    boundary (``sends`` rows: latency s, bandwidth bytes/s, link efficiency) and, with
-    ``backward``, the gradient back over its incoming one. ``fill_all`` (inference): the sum of
+    FLOP rate or the weight reads, whichever is larger (``flops_mult``: 1 forward, 3 forward +
+    backward, 4 with recomputation), plus the TP all-reduces of the activations (tokens x hidden
+    x ``value_bytes``), plus the send of its activations over its outgoing boundary (``sends``
+    rows: latency s, bandwidth bytes/s, link efficiency) and, with ``backward``, of the
+    activation gradient back over its incoming one (a boundary is paid once in each direction,
+    by the stage that sends). ``fill_all`` (inference): the sum of
     the stages plus (m - 1) x the slowest; else (1F1B training) (m + pp - 1) x the slowest.
     Returns (seconds, and the slowest stage's compute, HBM, TP and send seconds x m, bubble)."""
     pp = stages.shape[0]

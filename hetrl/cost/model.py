@@ -251,8 +251,8 @@ class CostModel:
         #: the workflow's merge steps per (stage tasks, device sets): pure facts of the
         #: grouping, shared (see workflow.iteration_time)
         self._makespan: dict[Any, Any] = static[14]
-        #: entries of each of the two before it starts afresh (an entry holds about 16 arrays
-        #: over the devices: ~100 MB at most)
+        #: entries of each of the three shared memos above before it starts afresh (an entry
+        #: holds at most about 16 arrays over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
 
     def memoised(self, key: Any, compute: Any) -> Any:

@@ -73,7 +73,7 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     topo = cluster.topology
     link_eff, hbm_eff, gpu_link = _device_factors(cluster, params)
     dst = gen.device_array
-    stages, nbytes, need, _ = _stage_needs(gen, gen_shapes, train)
+    stages, nbytes, need = _stage_needs(gen, gen_shapes, train)
     if not stages:
         return 0.0, [], []
     grid = np.asarray(train.device_array).reshape(train.dp, train.pp, train.tp)
@@ -99,12 +99,12 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
 
 
 def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement
-                 ) -> tuple[list[int], np.ndarray, np.ndarray, list[list[float]]]:
+                 ) -> tuple[list[int], np.ndarray, np.ndarray]:
     """The training stages some generation device needs bytes from, and per such stage the
     bytes each generation device (in ``gen.device_array`` order) needs from it -- the part of
     its shard in the layers that stage trains, plus the embedding / LM head where both hold it
-    -- as (stage, destination) arrays of bytes and of bytes > 0, and as lists. A pure function
-    of the two layouts (no device ids): memoised."""
+    -- as (stage, destination) arrays of bytes and of bytes > 0. A pure function of the two
+    layouts (no device ids): memoised."""
     key = (gen.dp, gen.tp, gen.layers_per_stage, gen_shapes, train.layers_per_stage)
     out = _NEEDS.get(key)
     if out is not None:
@@ -124,7 +124,7 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     need = nbytes > 0
     for a in (nbytes, need):
         a.setflags(write=False)
-    out = (stages, nbytes, need, rows)
+    out = (stages, nbytes, need)
     if len(_NEEDS) >= 10_000:
         _NEEDS.clear()
     _NEEDS[key] = out
