@@ -1,6 +1,7 @@
 """The compiled kernels (hetrl.cost.kernels) equal plain definitions of what they compute, bit
 for bit, both compiled and run as Python (``py_func``): the weight sync's pulls, a device set's
-collective link facts, and the DP gradient sync and optimizer step of a training grid."""
+collective link facts, the DP gradient sync and optimizer step of a training grid, the fan-in
+links of rollout data, and an inference or training replica's pipelined stages."""
 
 from __future__ import annotations
 
@@ -196,8 +197,8 @@ def test_all_gather_takes_the_better_of_ring_and_tree():
     # 8 devices, 1 ms per step, 1e9 B/s rings, 1e8 B/s per flow across nodes, 1 GB, eff 0.5:
     # ring 7 x 1e-3 + 7/8 x 1e9 / 5e8 = 1.757 s; tree 3 x 1e-3 + 1e9 / 5e7 = 20.003 s
     assert kernels.all_gather_seconds(8, 1e-3, 1e9, 1e8, 1e9, 0.5) == pytest.approx(1.757)
-    # with an equally fast cross-node flow the tree wins: 3e-3 + 1e9 / 5e8 = 2.003 > ring; a
-    # 1 KB message: ring 7e-3 + 1.75e-6, tree 3e-3 + 2e-6
+    # with an equally fast cross-node flow a 1 KB message goes by the tree (fewer latency
+    # steps): ring 7e-3 + 1.75e-6 s, tree 3e-3 + 2e-6 s
     assert kernels.all_gather_seconds(8, 1e-3, 1e9, 1e9, 1e3, 0.5) == pytest.approx(3.002e-3)
     assert kernels.all_gather_seconds(1, 1e-3, 1e9, 1e9, 1e9, 0.5) == 0.0
     assert [kernels.ceil_log2(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 1, 2, 2, 3, 3, 4]
