@@ -229,33 +229,28 @@ def dp_link_table(grid: np.ndarray, stage_bytes: np.ndarray, latency: np.ndarray
     dp, pp, tp = grid.shape
     table = np.empty((pp * tp, 10))
     load = np.zeros(uplink.size)  # bytes of all rings leaving each node
-    seen = np.zeros(uplink.size, dtype=np.int64)  # node -> the group's devices on it
+    on_node = np.zeros((pp * tp, uplink.size), dtype=np.int64)  # a group's devices per node
     for j in range(pp):
         for k in range(tp):
-            row = table[j * tp + k]
-            row[:] = group_link_facts(grid[:, j, k].copy(), latency, bandwidth, node_of,
-                                      uplink)
-            if row[3] > 1:
-                seen[:] = 0
-                for r in range(dp):
-                    seen[node_of[grid[r, j, k]]] += 1
+            i = j * tp + k
+            table[i] = group_link_facts(grid[:, j, k].copy(), latency, bandwidth, node_of,
+                                        uplink)
+            for r in range(dp):
+                on_node[i, node_of[grid[r, j, k]]] += 1
+            if table[i, 3] > 1:
                 for n in range(uplink.size):
-                    if seen[n]:
+                    if on_node[i, n]:
                         load[n] += stage_bytes[j]
-    for j in range(pp):
-        for k in range(tp):
-            row = table[j * tp + k]
-            if row[3] > 1:
-                seen[:] = 0
-                for r in range(dp):
-                    seen[node_of[grid[r, j, k]]] += 1
-                for n in range(uplink.size):
-                    if seen[n]:
-                        share = uplink[n] * stage_bytes[j] / load[n]
-                        if share < row[2]:
-                            row[2] = share
-                        if share / seen[n] < row[9]:
-                            row[9] = share / seen[n]
+    for i in range(pp * tp):
+        row = table[i]
+        if row[3] > 1:
+            for n in range(uplink.size):
+                if on_node[i, n]:
+                    share = uplink[n] * stage_bytes[i // tp] / load[n]
+                    if share < row[2]:
+                        row[2] = share
+                    if share / on_node[i, n] < row[9]:
+                        row[9] = share / on_node[i, n]
     return table
 
 

@@ -44,8 +44,7 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
     n_stages, n_src = src.shape
     best = np.zeros((n_stages, dst.size), dtype=np.int64)
     chosen = np.zeros((n_stages, dst.size))
-    dev_out, dev_in = np.zeros(node_of.size), np.zeros(node_of.size)
-    node_out, node_in = np.zeros(uplink.size), np.zeros(uplink.size)
+    moved = []  # (source, destination, bytes) of every pull between two devices
     for s in range(n_stages):
         sent = [0.0] * n_src
         for k, d in enumerate(dst.tolist()):
@@ -62,13 +61,15 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
             i = min(near, key=lambda i: (sent[i], i))
             sent[i] += b
             best[s, k], chosen[s, k] = i, pulls[i]
-            a = int(src[s, i])
-            if a != d and need[s, k]:
-                dev_out[a] += b
-                dev_in[d] += b
-                if node_of[a] != node_of[d]:
-                    node_out[node_of[a]] += b
-                    node_in[node_of[d]] += b
+            if src[s, i] != d and need[s, k]:
+                moved.append((int(src[s, i]), d, b))
+    a, d, b = (np.array(x) for x in zip(*moved, strict=True)) if moved else (
+        np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+    dev_out = np.bincount(a, weights=b, minlength=node_of.size)
+    dev_in = np.bincount(d, weights=b, minlength=node_of.size)
+    off = node_of[a] != node_of[d]
+    node_out = np.bincount(node_of[a][off], weights=b[off], minlength=uplink.size)
+    node_in = np.bincount(node_of[d][off], weights=b[off], minlength=uplink.size)
     nic = uplink * link_eff[dst].min()
     worst = max(chosen.max(), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
                 (node_out / nic).max(), (node_in / nic).max())
