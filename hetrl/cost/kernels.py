@@ -7,8 +7,9 @@ and source version, then loaded from ``__pycache__``). They are plain Python ove
 and run as such where numba is missing (slowly, with the same answers); ``kernel.py_func`` is
 the uncompiled function either way, which the tests compare against.
 
-Each kernel does exactly the floating-point operations, in the same order, as the numpy
-formulation it replaced, so the estimates do not change by a bit.
+Each kernel does exactly the floating-point operations, in the same order, as the Python and
+numpy code it replaced (no fast-math, so no fused multiply-adds), so the estimates did not change
+by a bit.
 """
 
 from __future__ import annotations
