@@ -796,12 +796,12 @@ def _grid_array(p: TaskPlacement) -> np.ndarray:
 
 def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]
              ) -> list[tuple[int, GroupLinks]]:
-    """Per DP group of a (dp, pp, tp) device grid (stage-major, then tp rank) its stage and links, a node's
-    uplink shared by every group whose ring leaves the node (all reduce at once), each getting
-    a share in proportion to its bytes (``stage_bytes``, any unit, per stage): the uplink stays
-    busy until the last ring ends, so the largest ring ends at (all groups' bytes) / uplink, as
-    under the simulator's max-min sharing where small rings finish first and free their share.
-    See :func:`hetrl.cost.kernels.dp_link_table`."""
+    """Per DP group of a (dp, pp, tp) device grid (stage-major, then tp rank) its stage and
+    links, a node's uplink shared by every group whose ring leaves the node (all reduce at
+    once), each getting a share in proportion to its bytes (``stage_bytes``, any unit, per
+    stage): the uplink stays busy until the last ring ends, so the largest ring ends at (all
+    groups' bytes) / uplink, as under the simulator's max-min sharing where small rings finish
+    first and free their share. See :func:`hetrl.cost.kernels.dp_link_table`."""
     topo = cluster.topology
     table = dp_link_table(np.array(grid, dtype=np.int64), np.array(stage_bytes, dtype=float),
                           topo.latency_s, topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)

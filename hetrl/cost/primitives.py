@@ -19,7 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.cost.kernels import all_gather_seconds, all_reduce_seconds, group_link_facts
+from hetrl.cost.kernels import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    ceil_log2,
+    group_link_facts,
+)
 from hetrl.spec.cluster import MEMO_SIZE, ClusterSpec
 
 
@@ -174,11 +179,6 @@ def device_efficiency(cluster: ClusterSpec, params: Any, kind: str) -> np.ndarra
     return cluster.topology.memoised("device_efficiency", (params, kind), compute)
 
 
-def _log2(n: int) -> int:
-    """ceil(log2(n)), at least 1 (integer arithmetic: exact, and cheap in hot loops)."""
-    return max(1, (int(n) - 1).bit_length())
-
-
 def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
     """All-reduce of ``nbytes`` per device over the group (best of ring, tree, hierarchical:
     :func:`hetrl.cost.kernels.all_reduce_seconds`)."""
@@ -204,7 +204,7 @@ def broadcast_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:
         return 0.0
     bw = g.ring_Bps * efficiency
     chain = (n - 1) * g.ring_latency_s + nbytes / bw
-    tree = _log2(n) * (g.ring_latency_s + nbytes / bw)
+    tree = ceil_log2(n) * (g.ring_latency_s + nbytes / bw)
     return min(chain, tree)
 
 
@@ -215,7 +215,7 @@ def all_reduce_time_vec(nbytes: np.ndarray, g: GroupLinks, efficiency: float) ->
     n = g.n
     bw = g.ring_Bps * efficiency
     ring = 2 * (n - 1) * g.ring_latency_s + (2 * (n - 1) / n / bw) * nbytes
-    tree = 2 * _log2(n) * g.ring_latency_s + (
+    tree = 2 * ceil_log2(n) * g.ring_latency_s + (
         2 / (min(g.ring_Bps, g.cross_Bps) * efficiency)) * nbytes
     best = np.minimum(ring, tree)
     if g.nodes > 1 and g.per_node >= 1:
@@ -226,7 +226,7 @@ def all_reduce_time_vec(nbytes: np.ndarray, g: GroupLinks, efficiency: float) ->
             intra = 2 * ((m - 1) * g.intra_latency_s + ((m - 1) / m / ibw) * nbytes)
         xbw = min(g.inter_Bps, g.cross_Bps) * efficiency
         inter = np.minimum(2 * (k - 1) * g.inter_latency_s + (2 * (k - 1) / k / m / xbw) * nbytes,
-                           2 * _log2(k) * g.inter_latency_s + (2 / m / xbw) * nbytes)
+                           2 * ceil_log2(k) * g.inter_latency_s + (2 / m / xbw) * nbytes)
         best = np.minimum(best, intra + inter)
     return np.where(nbytes > 0, best, 0.0)
 
@@ -239,7 +239,7 @@ def all_reduce_pieces(g: GroupLinks, efficiency: float) -> list[tuple[float, flo
         return []
     bw = g.ring_Bps * efficiency
     out = [(2 * (n - 1) * g.ring_latency_s, 2 * (n - 1) / n / bw),
-           (2 * _log2(n) * g.ring_latency_s, 2 / (min(g.ring_Bps, g.cross_Bps) * efficiency))]
+           (2 * ceil_log2(n) * g.ring_latency_s, 2 / (min(g.ring_Bps, g.cross_Bps) * efficiency))]
     if g.nodes > 1 and g.per_node >= 1:
         k, m = g.nodes, g.per_node
         ia, ib = 0.0, 0.0
@@ -248,5 +248,5 @@ def all_reduce_pieces(g: GroupLinks, efficiency: float) -> list[tuple[float, flo
             ia, ib = 2 * (m - 1) * g.intra_latency_s, 2 * (m - 1) / m / ibw
         xbw = min(g.inter_Bps, g.cross_Bps) * efficiency
         out.append((ia + 2 * (k - 1) * g.inter_latency_s, ib + 2 * (k - 1) / k / m / xbw))
-        out.append((ia + 2 * _log2(k) * g.inter_latency_s, ib + 2 / m / xbw))
+        out.append((ia + 2 * ceil_log2(k) * g.inter_latency_s, ib + 2 / m / xbw))
     return out
