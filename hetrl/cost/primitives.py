@@ -89,7 +89,7 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
     out = cache.get(key)
     if out is None:
         sym = node_symmetry(cluster)
-        canon = devices if sym is None else _rename(devices, sym[0], sym[1], {}, {})
+        canon = devices if sym is None else _canonical(devices, sym[0], sym[1])
         out = cache.get((canon, extra))
         if out is None:
             out = compute(cluster, *canon, *extra)
@@ -98,6 +98,29 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
             cache[canon, extra] = out
         cache[key] = out
     return out
+
+
+def _canonical(devices: tuple, node_of: list[int], members: list[list[int]]) -> tuple:
+    """``devices`` renamed as :func:`_rename` does, quicker for the two keys in use: one device
+    set ``(ids,)`` or one device grid ``((ids, ...),)``, no device twice (each device then
+    takes the next unused device of its node)."""
+    if len(devices) == 1 and type(devices[0]) is tuple and devices[0]:
+        rows = devices[0]
+        grid = type(rows[0]) is tuple
+        if not grid:
+            rows = (rows,)
+        if len(set().union(*rows)) == sum(map(len, rows)):  # else a device twice: one name
+            used = [0] * len(members)
+            out = []
+            for row in rows:
+                new = []
+                for d in row:
+                    node = node_of[d]
+                    new.append(members[node][used[node]])
+                    used[node] += 1
+                out.append(tuple(new))
+            return (tuple(out),) if grid else (out[0],)
+    return _rename(devices, node_of, members, {}, {})
 
 
 def _rename(devices: tuple, node_of: list[int], members: list[list[int]], names: dict[int, int],
