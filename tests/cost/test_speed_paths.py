@@ -11,7 +11,14 @@ from hetrl.cost.flops import stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS
-from hetrl.cost.primitives import _group_links, all_reduce_time, group_links, node_symmetry
+from hetrl.cost.primitives import (
+    _canonical,
+    _group_links,
+    _rename,
+    all_reduce_time,
+    group_links,
+    node_symmetry,
+)
 from hetrl.cost.replica import _replica_hw, replica_hw
 from hetrl.cost.tasks import _drain, generation_engine
 from hetrl.plan import Plan, TaskGroup, make_placement
@@ -45,6 +52,18 @@ def test_devices_renamed_within_nodes_share_one_answer(paper64):
     a = replica_hw(paper64, ((24, 25, 26, 27),))
     b = replica_hw(paper64, ((31, 29, 30, 28),))
     assert a is b
+
+
+def test_canonical_renaming_equals_the_general_one(paper64):
+    # the flat pass for a device set or grid gives the recursive renaming's key, and keys with
+    # a repeated device (which must keep one name) take the general path
+    node_of, members = node_symmetry(paper64)
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        replica = _random_replica(rng, paper64.num_devices)
+        devices = tuple(int(d) for d in rng.integers(0, paper64.num_devices, rng.integers(1, 9)))
+        for key in ((replica,), (replica[0],), (devices,), ((devices, devices[::-1]),)):
+            assert _canonical(key, node_of, members) == _rename(key, node_of, members, {}, {})
 
 
 def _stepwise_drain(shapes, hw, m, L, params):
