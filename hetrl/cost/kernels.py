@@ -126,22 +126,21 @@ LINK_FACTS = ("n", "ring_latency_s", "ring_Bps", "nodes", "per_node", "intra_lat
 
 
 @compiled
-def _ring_into(out: np.ndarray, at: int, order: np.ndarray, latency: np.ndarray,
-               bandwidth: np.ndarray) -> None:
-    """out[at], out[at + 1] = the slowest latency and the narrowest bandwidth on the ring
-    through ``order`` (0 and inf for fewer than two devices)."""
+def _ring(order: np.ndarray, lo: int, hi: int, latency: np.ndarray,
+          bandwidth: np.ndarray) -> tuple[float, float]:
+    """The slowest latency and the narrowest bandwidth on the ring through ``order[lo:hi]``
+    (0 and inf for fewer than two devices)."""
     lat, bw = 0.0, np.inf
-    m = order.size
+    m = hi - lo
     if m >= 2:
         lat = -np.inf
         for i in range(m):
-            a, b = order[i], order[(i + 1) % m]
+            a, b = order[lo + i], order[lo + (i + 1) % m]
             if latency[a, b] > lat:
                 lat = latency[a, b]
             if bandwidth[a, b] < bw:
                 bw = bandwidth[a, b]
-    out[at] = lat
-    out[at + 1] = bw
+    return lat, bw
 
 
 @compiled
@@ -152,44 +151,60 @@ def group_link_facts(devices: np.ndarray, latency: np.ndarray, bandwidth: np.nda
     between each node's first device, and the cross-node flow's share of its node's uplink
     (``uplink`` bytes/s per node / the set's devices on that node, the smallest; inf within
     one node). ``per_node`` is 0 when the nodes hold different numbers of the devices."""
-    n = devices.size
-    key = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        key[i] = node_of[devices[i]] * (node_of.size + 1) + devices[i]
-    order = devices[np.argsort(key)]
     out = np.empty(10)
+    _link_facts_into(out, devices, np.empty(devices.size, dtype=np.int64),
+                     np.empty(devices.size, dtype=np.int64), latency, bandwidth, node_of, uplink)
+    return out
+
+
+@compiled
+def _link_facts_into(out: np.ndarray, devices: np.ndarray, order: np.ndarray, reps: np.ndarray,
+                     latency: np.ndarray, bandwidth: np.ndarray, node_of: np.ndarray,
+                     uplink: np.ndarray) -> None:
+    """:func:`group_link_facts` written into ``out`` (10 values), with ``order`` and ``reps``
+    (at least ``devices.size`` each) as scratch: no allocation, for loops over many groups."""
+    n = devices.size
+    stride = node_of.size + 1
+    for i in range(n):  # insertion sort by (node, id)
+        d = devices[i]
+        key = node_of[d] * stride + d
+        j = i
+        while j > 0 and node_of[order[j - 1]] * stride + order[j - 1] > key:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = d
     out[0] = n
-    _ring_into(out, 1, order, latency, bandwidth)
-    # runs of one node in ``order``
-    starts = np.empty(n + 1, dtype=np.int64)
-    runs = 0
+    out[1], out[2] = _ring(order, 0, n, latency, bandwidth)
+    runs = 0  # runs of one node in ``order``, each run's first device in ``reps``
+    per_node = 0
     for i in range(n):
         if i == 0 or node_of[order[i]] != node_of[order[i - 1]]:
-            starts[runs] = i
+            reps[runs] = i
             runs += 1
-    starts[runs] = n
-    per_node = starts[1] - starts[0] if n else 0
     for r in range(runs):
-        if starts[r + 1] - starts[r] != per_node:
+        size = (reps[r + 1] if r + 1 < runs else n) - reps[r]
+        if r == 0:
+            per_node = size
+        elif size != per_node:
             per_node = 0
     out[3] = runs
     out[4] = per_node
     intra_lat, intra_bw = 0.0, np.inf
-    pair = np.empty(2)
-    reps = np.empty(runs, dtype=np.int64)
     cross = np.inf
     for r in range(runs):
-        _ring_into(pair, 0, order[starts[r]:starts[r + 1]], latency, bandwidth)
-        intra_lat = max(intra_lat, pair[0])
-        intra_bw = min(intra_bw, pair[1])
-        reps[r] = order[starts[r]]
+        lo = reps[r]
+        hi = reps[r + 1] if r + 1 < runs else n
+        lat, bw = _ring(order, lo, hi, latency, bandwidth)
+        intra_lat = max(intra_lat, lat)
+        intra_bw = min(intra_bw, bw)
         if runs > 1:
-            cross = min(cross, uplink[node_of[reps[r]]] / (starts[r + 1] - starts[r]))
+            cross = min(cross, uplink[node_of[order[lo]]] / (hi - lo))
     out[5] = intra_lat
     out[6] = intra_bw
-    _ring_into(out, 7, reps, latency, bandwidth)
+    for r in range(runs):
+        reps[r] = order[reps[r]]
+    out[7], out[8] = _ring(reps, 0, runs, latency, bandwidth)
     out[9] = cross
-    return out
 
 
 @compiled
@@ -231,11 +246,13 @@ def dp_link_table(grid: np.ndarray, stage_bytes: np.ndarray, latency: np.ndarray
     table = np.empty((pp * tp, 10))
     load = np.zeros(uplink.size)  # bytes of all rings leaving each node
     on_node = np.zeros((pp * tp, uplink.size), dtype=np.int64)  # a group's devices per node
+    order = np.empty(dp, dtype=np.int64)
+    reps = np.empty(dp, dtype=np.int64)
     for j in range(pp):
         for k in range(tp):
             i = j * tp + k
-            table[i] = group_link_facts(grid[:, j, k].copy(), latency, bandwidth, node_of,
-                                        uplink)
+            _link_facts_into(table[i], grid[:, j, k], order, reps, latency, bandwidth, node_of,
+                             uplink)
             for r in range(dp):
                 on_node[i, node_of[grid[r, j, k]]] += 1
             if table[i, 3] > 1:
@@ -401,3 +418,4 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
         total = (m + pp - 1) * slow
         bubble = (pp - 1) * slow
     return total, m * comp_k, m * mem_k, m * tp_k, m * bnd_k, bubble
+
