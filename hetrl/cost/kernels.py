@@ -419,3 +419,73 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
         bubble = (pp - 1) * slow
     return total, m * comp_k, m * mem_k, m * tp_k, m * bnd_k, bubble
 
+
+# --- a task group's memory ------------------------------------------------------------------
+
+#: Rows of :func:`group_memory_rows` (bytes per device; ``used`` and ``over`` 1.0 or 0.0).
+GROUP_MEMORY_ROWS = ("need", "weights", "states", "working", "resident", "kv_budget", "used",
+                     "over", "generation_kv_per_seq")
+
+
+@compiled
+def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
+                      copy_of: np.ndarray, n_copies: int, generation: int, usable: np.ndarray,
+                      kv_pool_kept: bool) -> np.ndarray:
+    """A task group's memory per device, rows in :data:`GROUP_MEMORY_ROWS` order.
+
+    Placement i's columns are ``starts[i]:starts[i + 1]`` of ``slots`` (rows: weights, trained
+    states, working set, KV bytes of an average sequence, 1; bytes) and ``flat`` (their device
+    ids); ``copy_of[i]`` the index of its model copy among the group's ``n_copies`` (in the
+    order their weights are added). A copy's weights count once per device (the largest of its
+    placements'), trained states add up, the working set is the largest; resident = weights +
+    states, need = resident + working, the KV budget = ``usable`` - resident (- working when
+    ``kv_pool_kept``: async mode, vLLM keeps its pool while other tasks run); ``over``: used and
+    need > usable. ``generation``: the placement whose KV row is returned (-1: none).
+
+    The operations and their order are those of the numpy code over per-placement dense arrays
+    (``CostModel._memory_of``), device by device, so the bytes are equal to the last bit."""
+    n_dev = usable.size
+    out = np.zeros((9, n_dev))
+    dense = np.empty((5, n_dev))
+    by_copy = np.zeros((n_copies, n_dev))
+    seen = np.zeros(n_copies, dtype=np.bool_)
+    for i in range(starts.size - 1):
+        dense[:] = 0.0
+        for j in range(starts[i], starts[i + 1]):
+            d = flat[j]
+            for r in range(5):
+                dense[r, d] = slots[r, j]
+        c = copy_of[i]
+        for d in range(n_dev):
+            w = dense[0, d]
+            if not seen[c]:
+                by_copy[c, d] = w
+            else:
+                by_copy[c, d] = max(by_copy[c, d], w)
+            if i == 0:
+                out[2, d] = dense[1, d]
+                out[3, d] = dense[2, d]
+                out[6, d] = 1.0 if dense[4, d] > 0 else 0.0
+            else:
+                out[2, d] = out[2, d] + dense[1, d]
+                out[3, d] = max(out[3, d], dense[2, d])
+                if dense[4, d] > 0:
+                    out[6, d] = 1.0
+        seen[c] = True
+        if i == generation:
+            out[8] = dense[3]
+    for d in range(n_dev):
+        weights = 0.0
+        for c in range(n_copies):
+            weights = weights + by_copy[c, d]
+        resident = weights + out[2, d]
+        out[0, d] = resident + out[3, d]
+        out[1, d] = weights
+        out[4, d] = resident
+        kv = usable[d] - resident
+        if kv_pool_kept:
+            kv = kv - out[3, d]
+        out[5, d] = kv
+        if out[6, d] > 0 and out[0, d] > usable[d]:
+            out[7, d] = 1.0
+    return out

@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
-from hetrl.cost.kernels import dp_link_table, dp_optimizer_seconds, fan_in_link_facts
+from hetrl.cost.kernels import (
+    dp_link_table,
+    dp_optimizer_seconds,
+    fan_in_link_facts,
+    group_memory_rows,
+)
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -179,6 +184,25 @@ class _GroupResult:
     device_sets: tuple[tuple[str, frozenset[int]], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _GroupMemory:
+    """A task group's memory: per device (arrays over all devices, bytes) what it needs
+    (resident + working), its resident bytes and the KV budget it leaves; the devices over
+    their usable memory and their (need, weights, states, working, usable) bytes (5 x k); the
+    devices the group uses; the generation placement's index in the group (-1: none) and its
+    KV bytes of an average sequence per device; each placement's device set."""
+
+    need: np.ndarray
+    resident: np.ndarray
+    kv_budget: np.ndarray
+    over: np.ndarray
+    over_bytes: np.ndarray
+    ids: np.ndarray
+    generation: int
+    generation_kv_per_seq: np.ndarray
+    device_sets: tuple[frozenset[int], ...]
+
+
 @dataclass(slots=True)
 class _TaskResult:
     seconds: float
@@ -272,6 +296,9 @@ class CostModel:
         if out is None:
             out = stage_shapes(self.workload.model(role), p.layers_per_stage, p.tp,
                                role in LM_HEAD_ROLES, self.workload.bytes_per_value)
+            # roles of equal stage shapes (e.g. reward and critic of one model) share one
+            # object, so their engines, replica prices and task costs are shared too
+            out = self._shapes.setdefault(("equal", out), out)
             self._shapes[key] = out
         return out
 
@@ -311,24 +338,8 @@ class CostModel:
         out = self._memory.get(p)
         if out is not None:
             return out
-        wl = self.workload
-        kind, _, copy = self._info[p.task]
-        shapes = self.shapes(p.task, p)
-        mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
-        n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
-        # per replica the inputs its bytes depend on: none (generation), the micro-batch's
-        # sequences (inference), and for training also the micro-batches in flight (at most pp)
-        if kind == "generation":
-            keys: Any = None
-        elif kind == "inference":
-            keys = tuple([min(float(mbs), max(n_total * share, 1.0)) for share in p.data_shares])
-        else:
-            keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
-                          for n in [n_total * share for share in p.data_shares]])
-        slots = _SLOTS.get((kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute,
-                            mbs, n_total))
-        if slots is None:
-            slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
+        copy = self._info[p.task][2]
+        slots = self._slots(p)
         # The dense arrays are a pure function of the slot bytes, the copy and the grid: shared
         # by placements that differ in data shares only (the entry holds ``slots``, so its id
         # stays its own while the entry lives).
@@ -348,6 +359,29 @@ class CostModel:
             self._dense[key] = (slots, out)
         self._memory[p] = out
         return out
+
+    def _slots(self, p: TaskPlacement) -> np.ndarray:
+        """``p``'s tasklet memory rows (see :meth:`_slot_bytes`), memoised per layout and
+        per-replica batch inputs (``_SLOTS``)."""
+        wl = self.workload
+        kind = self._info[p.task][0]
+        shapes = self.shapes(p.task, p)
+        mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+        n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
+        # per replica the inputs its bytes depend on: none (generation), the micro-batch's
+        # sequences (inference), and for training also the micro-batches in flight (at most pp)
+        if kind == "generation":
+            keys: Any = None
+        elif kind == "inference":
+            keys = tuple([min(float(mbs), max(n_total * share, 1.0)) for share in p.data_shares])
+        else:
+            keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
+                          for n in [n_total * share for share in p.data_shares]])
+        slots = _SLOTS.get((kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute,
+                            mbs, n_total))
+        if slots is None:
+            slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
+        return slots
 
     def _slot_bytes(self, p: TaskPlacement, kind: str, shapes: tuple[StageShape, ...],
                     keys: Any, mbs: int, n_total: float) -> np.ndarray:
@@ -379,7 +413,7 @@ class CostModel:
     def _generation(self, p: TaskPlacement, kv_budget: np.ndarray) -> _TaskResult:
         shapes = self.shapes(p.task, p)
         flat, starts = self._stage_index(p)
-        mins = np.round(np.minimum.reduceat(kv_budget[flat], starts), -6).reshape(p.dp, p.pp)
+        mins = np.minimum.reduceat(kv_budget[flat], starts).round(-6).reshape(p.dp, p.pp)
         budgets = tuple(map(tuple, mins.tolist()))
         key = (p, budgets)
         out = self._tasks.get(key)
@@ -546,11 +580,17 @@ class CostModel:
         out = self._tasks.get(key)
         if out is not None:
             return out
+        kind = self._info[p.task][0]
         out = self._tasks.get(p)
         if out is None:
-            out = self._forward_task_compute(p)
+            # a pure function of the kind, stage shapes, grid and data shares: shared by tasks
+            # of equal shapes on one layout (e.g. reward and critic inference of one model)
+            compute_key = ("compute", kind, self.shapes(p.task, p), p.devices, p.data_shares)
+            out = self._tasks.get(compute_key)
+            if out is None:
+                out = self._tasks[compute_key] = self._forward_task_compute(p)
             self._tasks[p] = out
-        data_s = self._data_transfer(gen, p, self._info[p.task][0])
+        data_s = self._data_transfer(gen, p, kind)
         if data_s != 0.0:
             parts = dict(out.parts)
             parts["data"] += data_s
@@ -599,8 +639,9 @@ class CostModel:
         return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
-        """Rollout data from the generation replicas to each replica of ``p`` (seconds)."""
-        key = ("data", gen, p)
+        """Rollout data from the generation replicas to each replica of ``p`` (seconds): a pure
+        function of the two grids, ``p``'s data shares and the task kind."""
+        key = ("data", gen.devices, p.devices, p.data_shares, kind)
         out = self._tasklevel.get(key)
         if out is not None:
             return out
@@ -727,50 +768,56 @@ class CostModel:
         out = self._groups.get(key)
         if out is not None:
             return out
-        mem, need, kv_budget, over, over_bytes, ids = self._group_memory(
-            placements, copies)
+        mem = self._group_memory(placements, copies)
         generation = None
-        peak_bytes = need
-        for p, m in zip(placements, mem.placements, strict=True):
-            if p.task == "actor_generation":
-                generation = self._generation(p, kv_budget)
-                kv_used = np.minimum(np.maximum(kv_budget, 0.0),
-                                     generation.concurrency * m.kv_per_seq)
-                peak_bytes = np.maximum(need, mem.resident + kv_used)
-        out = _GroupResult(over, over_bytes, ids, peak_bytes, generation,
-                           tuple([(p.task, m.device_set)
-                                  for p, m in zip(placements, mem.placements, strict=True)]))
+        peak_bytes = mem.need
+        if mem.generation >= 0:
+            generation = self._generation(placements[mem.generation], mem.kv_budget)
+            kv_used = np.minimum(np.maximum(mem.kv_budget, 0.0),
+                                 generation.concurrency * mem.generation_kv_per_seq)
+            peak_bytes = np.maximum(mem.need, mem.resident + kv_used)
+        out = _GroupResult(mem.over, mem.over_bytes, mem.ids, peak_bytes, generation,
+                           tuple(zip([p.task for p in placements], mem.device_sets,
+                                     strict=True)))
         self._groups[key] = out
         return out
 
     def _group_memory(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]
-                      ) -> tuple[_PlanMemory, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                 np.ndarray]:
-        """A task group's memory, the bytes its devices need (resident + working), the KV
-        budget it leaves, the devices over their usable memory and their (need, weights,
-        states, working, usable) bytes (5 x k), and the devices it uses. A pure function of
-        the placements' memory: shared by groups whose placements differ in data shares only
-        when their memory does not (the entry holds the placement memories, so their ids stay
-        theirs)."""
-        mems = [self.placement_memory(p) for p in placements]
-        key = (tuple(map(id, mems)), copies)
+                      ) -> _GroupMemory:
+        """A task group's memory (see :class:`_GroupMemory` and
+        :func:`hetrl.cost.kernels.group_memory_rows`). A pure function of the placements'
+        tasklet memory rows, grids and model copies: shared by groups whose placements differ
+        in data shares only when their memory rows do not (the entry holds the rows, so their
+        ids stay theirs)."""
+        slots = [self._slots(p) for p in placements]
+        key = (tuple(map(id, slots)), tuple([p.devices for p in placements]), copies)
         hit = self._group_mem.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], mems, strict=True)):
+        if hit is not None and all(a is b for a, b in zip(hit[0], slots, strict=True)):
             return hit[1]
-        mem = self._memory_of(placements, copies, mems)
-        resident, working, used = mem.resident, mem.working, mem.used
-        need = resident + working
-        kv_budget = self._kv_budget(resident, working)
-        over = np.flatnonzero(used & (need > self._mem_bytes))
+        info = self._info
+        tasks = [p.task for p in placements]
+        generation = tasks.index("actor_generation") if "actor_generation" in tasks else -1
+        starts = [0]
+        for p in placements:
+            starts.append(starts[-1] + p.dp * p.pp * p.tp)
+        rows = group_memory_rows(
+            np.concatenate(slots, axis=1) if len(slots) > 1 else slots[0],
+            np.concatenate([p.device_array for p in placements]) if len(slots) > 1
+            else placements[0].device_array,
+            np.array(starts), np.array([copies.index(info[t][2]) for t in tasks]), len(copies),
+            generation, self._mem_bytes, self.workload.mode == "async")
+        rows.setflags(write=False)
+        need, weights, states, working, resident, kv_budget, used, over_flag, kv = rows
+        over = over_flag.nonzero()[0]
         over_bytes = _NO_BYTES
         if over.size:
-            over_bytes = np.array([need[over], sum(mem.copies[c][over] for c in mem.copy_names),
-                                   mem.states[over], mem.working[over], self._mem_bytes[over]])
-        ids = np.flatnonzero(used)
-        out = (mem, need, kv_budget, over, over_bytes, ids)
+            over_bytes = np.array([need[over], weights[over], states[over], working[over],
+                                   self._mem_bytes[over]])
+        out = _GroupMemory(need, resident, kv_budget, over, over_bytes, used.nonzero()[0],
+                           generation, kv, tuple([frozenset(p.device_ids) for p in placements]))
         if len(self._group_mem) >= self._shared_entries:
             self._group_mem.clear()
-        self._group_mem[key] = (mems, out)
+        self._group_mem[key] = (slots, out)
         return out
 
 

@@ -1,7 +1,8 @@
 """The compiled kernels (hetrl.cost.kernels) equal plain definitions of what they compute, bit
 for bit, both compiled and run as Python (``py_func``): the weight sync's pulls, a device set's
 collective link facts, the DP gradient sync and optimizer step of a training grid, the fan-in
-links of rollout data, and an inference or training replica's pipelined stages."""
+links of rollout data, an inference or training replica's pipelined stages, and a task group's
+memory per device."""
 
 from __future__ import annotations
 
@@ -293,3 +294,65 @@ def test_forward_replica_equals_its_definition(kind):
             assert got.seconds == total
             assert (got.parts["compute"], got.parts["hbm"], got.parts["tp"], got.parts["pp"],
                     got.parts["bubble"]) == (compute, hbm, tp_s, pp_s, bubble)
+
+
+# --- a task group's memory --------------------------------------------------------------------
+
+def _group_memory_by_definition(placements, n_copies, generation, usable, kv_pool_kept):
+    """The numpy definition over dense per-placement arrays (``placements``: (5 x k rows, device
+    ids, copy index)): a copy's weights the largest of its placements', states summed, working
+    sets the largest, devices used where any placement has a tasklet; resident = the copies'
+    weights (added in copy order) + states."""
+    by_copy: dict[int, np.ndarray] = {}
+    states = working = used = kv = None
+    for i, (rows, flat, copy) in enumerate(placements):
+        dense = np.zeros((5, usable.size))
+        dense[:, flat] = rows
+        prev = by_copy.get(copy)
+        by_copy[copy] = dense[0] if prev is None else np.maximum(prev, dense[0])
+        if states is None:
+            states, working, used = dense[1], dense[2], dense[4] > 0
+        else:
+            states, working, used = (states + dense[1], np.maximum(working, dense[2]),
+                                     used | (dense[4] > 0))
+        if i == generation:
+            kv = dense[3]
+    weights = sum(by_copy[c] for c in range(n_copies))
+    resident = weights + states
+    need = resident + working
+    kv_budget = usable - resident
+    if kv_pool_kept:
+        kv_budget = kv_budget - working
+    over = used & (need > usable)
+    return np.array([need, weights, states, working, resident, kv_budget, used, over,
+                     np.zeros(usable.size) if kv is None else kv])
+
+
+@BOTH
+def test_group_memory_rows_equal_their_definition(compiled):
+    fn = _fn(kernels.group_memory_rows, compiled)
+    rng = np.random.default_rng(11)
+    checked_over = 0
+    for trial in range(150):
+        n_dev = int(rng.integers(2, 24))
+        n_copies = int(rng.integers(1, 4))
+        placements = []
+        for i in range(int(rng.integers(1, 5))):
+            k = int(rng.integers(1, n_dev + 1))
+            flat = rng.choice(n_dev, size=k, replace=trial % 10 == 0)  # (repeats: last wins)
+            rows = np.vstack([rng.uniform(0, 4e10, (4, k)), np.ones((1, k))])
+            copy = i % n_copies if i < n_copies else int(rng.integers(0, n_copies))
+            placements.append((rows, flat.astype(np.int64), copy))
+        n_copies = max(c for _, _, c in placements) + 1
+        generation = int(rng.integers(-1, len(placements)))
+        usable = rng.uniform(2e10, 8e10, n_dev)
+        kept = bool(trial % 2)
+        want = _group_memory_by_definition(placements, n_copies, generation, usable, kept)
+        starts = np.cumsum([0] + [rows.shape[1] for rows, _, _ in placements])
+        got = fn(np.concatenate([r for r, _, _ in placements], axis=1),
+                 np.concatenate([f for _, f, _ in placements]), starts,
+                 np.array([c for _, _, c in placements]), n_copies, generation, usable, kept)
+        assert got.shape == want.shape
+        assert np.array_equal(got, want.astype(float)), trial
+        checked_over += int(want[7].any())
+    assert checked_over > 10  # some groups do not fit: the over row is exercised
