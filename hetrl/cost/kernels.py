@@ -118,6 +118,16 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
     return worst, best, chosen
 
 
+@compiled
+def weight_sync_seconds(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need: np.ndarray,
+                        latency: np.ndarray, bandwidth: np.ndarray, link_eff: np.ndarray,
+                        hbm_eff: np.ndarray, own_local: bool, gpu_link: np.ndarray,
+                        node_of: np.ndarray, uplink: np.ndarray) -> float:
+    """The seconds of :func:`weight_sync_pulls` alone (its arrays stay in compiled code)."""
+    return weight_sync_pulls(src, dst, nbytes, need, latency, bandwidth, link_eff, hbm_eff,
+                             own_local, gpu_link, node_of, uplink)[0]
+
+
 # --- collectives ----------------------------------------------------------------------------
 
 #: Columns of a row of link facts (see :class:`hetrl.cost.primitives.GroupLinks`).
@@ -313,20 +323,22 @@ def dp_optimizer_seconds(grid: np.ndarray, stage_params: np.ndarray, grad_bytes:
 
 @compiled
 def fan_in_link_facts(src: np.ndarray, dst: np.ndarray, latency: np.ndarray,
-                      bandwidth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per device of ``dst``: the slowest latency (s) and the narrowest bandwidth (bytes/s)
-    from the devices of ``src`` other than itself, and whether there is one."""
-    lat = np.full(dst.size, -np.inf)
-    bw = np.full(dst.size, np.inf)
-    found = np.zeros(dst.size, dtype=np.bool_)
+                      bandwidth: np.ndarray) -> np.ndarray:
+    """Per device of ``dst`` (a column): the slowest latency (s) and the narrowest bandwidth
+    (bytes/s) from the devices of ``src`` other than itself, and whether there is one (1.0 or
+    0.0): one (3, destinations) array, so one array crosses back into Python."""
+    out = np.empty((3, dst.size))
+    out[0] = -np.inf
+    out[1] = np.inf
+    out[2] = 0.0
     for i in range(dst.size):
         d = dst[i]
         for s in src:
             if s != d:
-                found[i] = True
-                lat[i] = max(lat[i], latency[s, d])
-                bw[i] = min(bw[i], bandwidth[s, d])
-    return lat, bw, found
+                out[2, i] = 1.0
+                out[0, i] = max(out[0, i], latency[s, d])
+                out[1, i] = min(out[1, i], bandwidth[s, d])
+    return out
 
 
 @compiled

@@ -21,6 +21,7 @@ import numpy as np
 
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import weight_sync_pulls as _pulls_kernel
+from hetrl.cost.kernels import weight_sync_seconds as _seconds_kernel
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
@@ -81,20 +82,21 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     # A device that trains a stage holds its layers: a local copy if it holds them whole
     # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
     # (conservative: no partial reuse). Pulls spread over a stage's equally quick devices.
-    worst, best, chosen = _pulls_kernel(
-        src, dst, nbytes, need, topo.latency_s, topo.bandwidth_Bps, link_eff, hbm_eff,
-        train.tp == 1, gpu_link, topo.node_of, topo.uplink_Bps)
+    args = (src, dst, nbytes, need, topo.latency_s, topo.bandwidth_Bps, link_eff, hbm_eff,
+            train.tp == 1, gpu_link, topo.node_of, topo.uplink_Bps)
+    if not transfers:
+        return _seconds_kernel(*args), [], []
+    worst, best, chosen = _pulls_kernel(*args)
     pulls: list[tuple[int, int, float]] = []
     local: list[tuple[int, float]] = []
-    if transfers:  # stage-major, then destination
-        for s, row in enumerate(best.tolist()):
-            for k, i in enumerate(row):
-                if need[s, k]:
-                    s_dev, d_dev = int(src[s, i]), int(dst[k])
-                    if s_dev != d_dev:
-                        pulls.append((s_dev, d_dev, float(nbytes[s, k])))
-                    else:
-                        local.append((d_dev, float(chosen[s, k])))
+    for s, row in enumerate(best.tolist()):  # stage-major, then destination
+        for k, i in enumerate(row):
+            if need[s, k]:
+                s_dev, d_dev = int(src[s, i]), int(dst[k])
+                if s_dev != d_dev:
+                    pulls.append((s_dev, d_dev, float(nbytes[s, k])))
+                else:
+                    local.append((d_dev, float(chosen[s, k])))
     return worst, pulls, local
 
 
