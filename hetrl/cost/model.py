@@ -585,7 +585,8 @@ class CostModel:
         if out is None:
             # a pure function of the kind, stage shapes, grid and data shares: shared by tasks
             # of equal shapes on one layout (e.g. reward and critic inference of one model)
-            compute_key = ("compute", kind, self.shapes(p.task, p), p.devices, p.data_shares)
+            # (shapes are interned and never dropped (``self._shapes``), so their id is theirs)
+            compute_key = ("compute", kind, id(self.shapes(p.task, p)), p.devices, p.data_shares)
             out = self._tasks.get(compute_key)
             if out is None:
                 out = self._tasks[compute_key] = self._forward_task_compute(p)
@@ -639,14 +640,15 @@ class CostModel:
         return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
-        """Rollout data from the generation replicas to each replica of ``p`` (seconds): a pure
-        function of the two grids, ``p``'s data shares and the task kind."""
-        key = ("data", gen.devices, p.devices, p.data_shares, kind)
+        """Rollout data from the generation replicas to each replica of ``p`` (seconds)."""
+        key = ("data", gen, p)
         out = self._tasklevel.get(key)
         if out is not None:
             return out
-        src = tuple(r[0][0] for r in gen.devices)
-        dst = tuple(r[0][0] for r in p.devices)
+        src = self._tasklevel.get(("firsts", gen))  # each replica's first device
+        if src is None:
+            src = self._tasklevel[("firsts", gen)] = tuple([r[0][0] for r in gen.devices])
+        dst = tuple([r[0][0] for r in p.devices])
         links = fan_in_links(self.cluster, src, dst)
         worst = 0.0
         eff = self.params.efficiency(self.cluster.devices[dst[0]].gpu.name, "link")
@@ -862,10 +864,10 @@ def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],
     devices of ``src`` other than itself (None if there are none). Memoised per cluster."""
     def compute() -> list[tuple[float, float] | None]:
         topo = cluster.topology
-        lat, bw, found = fan_in_link_facts(np.array(src), np.array(dst), topo.latency_s,
-                                           topo.bandwidth_Bps)
-        return [(a, b) if f else None
-                for a, b, f in zip(lat.tolist(), bw.tolist(), found.tolist(), strict=True)]
+        lat, bw, found = fan_in_link_facts(np.array(src, dtype=np.int64),
+                                           np.array(dst, dtype=np.int64), topo.latency_s,
+                                           topo.bandwidth_Bps).tolist()
+        return [(a, b) if f else None for a, b, f in zip(lat, bw, found, strict=True)]
     return cluster.topology.memoised("fan_in", (src, dst), compute)
 
 
