@@ -25,7 +25,12 @@ from hetrl.cost.kernels import (
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.primitives import GroupLinks, device_efficiency, links_from_row
+from hetrl.cost.primitives import (
+    GroupLinks,
+    device_efficiency,
+    links_from_row,
+    node_symmetry,
+)
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
@@ -249,7 +254,7 @@ class CostModel:
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {}, gpus, {})
+                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -275,6 +280,11 @@ class CostModel:
         #: the workflow's merge steps per (stage tasks, device sets): pure facts of the
         #: grouping, shared (see workflow.iteration_time)
         self._makespan: dict[Any, Any] = static[14]
+        #: (node of each device, each node's devices) where the cluster's nodes are symmetric
+        #: (see primitives.node_symmetry), else None; and replica hardware per (pp, tp, node
+        #: of each device): see replica_hws
+        self._symmetry = static[15]
+        self._hw_by_nodes: dict[tuple[int, ...], ReplicaHW] = static[16]
         #: entries of each of the three shared memos above before it starts afresh (an entry
         #: holds at most about 16 arrays over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
@@ -309,6 +319,32 @@ class CostModel:
             if len(self._hw) >= 100_000:
                 self._hw.clear()
             self._hw[replica] = out
+        return out
+
+    def replica_hws(self, p: TaskPlacement) -> list[ReplicaHW]:
+        """The hardware of each replica of ``p`` (:meth:`hw`). Where the cluster's nodes are
+        symmetric and no device of ``p`` repeats, a replica's hardware is a function of its
+        shape and the node of each of its devices (devices renamed within their nodes have the
+        same hardware, :func:`~hetrl.cost.primitives.symmetric_memo`), so it is looked up by
+        those: one pass over the placement's devices instead of renaming each replica."""
+        sym = self._symmetry
+        ids = p.device_ids
+        if sym is None or len(set(ids)) != len(ids):
+            return [self.hw(replica) for replica in p.devices]
+        node_of = sym[0]
+        nodes = [node_of[d] for d in ids]
+        pp, tp = p.pp, p.tp
+        size = pp * tp
+        memo = self._hw_by_nodes
+        out = []
+        for i, replica in enumerate(p.devices):
+            key = (pp, tp, *nodes[i * size:(i + 1) * size])
+            hw = memo.get(key)
+            if hw is None:
+                if len(memo) >= 100_000:
+                    memo.clear()
+                hw = memo[key] = self.hw(replica)
+            out.append(hw)
         return out
 
     def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW) -> Any:
@@ -419,7 +455,7 @@ class CostModel:
         out = self._tasks.get(key)
         if out is not None:
             return out
-        hw_of, engine_of = self.hw, self._engine
+        engine_of = self._engine
         samples, max_conc = self.workload.samples, self.workload.gen_max_concurrency
         # A replica's time rises with its sequence count for a given engine (hardware) and KV
         # budget (docs/cost-model.md), so per (engine, budget) only the replica with the most
@@ -427,9 +463,9 @@ class CostModel:
         # on the engine and budget alone and are reported for every replica.
         classes: dict[Any, list] = {}  # (engine, budget) -> [most sequences, its index, engine]
         members: list[Any] = []
-        for i, (share, replica, budget) in enumerate(zip(p.data_shares, p.devices, budgets,
-                                                          strict=True)):
-            engine = engine_of("generation", shapes, hw_of(replica))
+        for i, (share, hw, budget) in enumerate(zip(p.data_shares, self.replica_hws(p),
+                                                     budgets, strict=True)):
+            engine = engine_of("generation", shapes, hw)
             cls_key = (id(engine), budget)
             n = samples * share
             cls = classes.get(cls_key)
@@ -468,8 +504,8 @@ class CostModel:
         n = wl.samples / p.dp / steps
         usable = self.params.usable_memory_fraction
         out = []
-        for replica in p.devices:
-            engine = self._engine(kind, shapes, self.hw(replica))
+        for hw in self.replica_hws(p):
+            engine = self._engine(kind, shapes, hw)
             key = (engine, n)  # the engine holds the layout and hardware (and so the budget)
             rc = self._replica.get(key)
             if rc is None:
@@ -605,11 +641,11 @@ class CostModel:
         shapes = self.shapes(p.task, p)
         steps = wl.optimizer_steps if kind == "training" else 1
         worst: ReplicaCost | None = None
-        hw_of, engine_of, samples, priced = self.hw, self._engine, wl.samples, self._replica
-        for share, replica in zip(p.data_shares, p.devices, strict=True):
+        engine_of, samples, priced = self._engine, wl.samples, self._replica
+        for share, hw in zip(p.data_shares, self.replica_hws(p), strict=True):
             # replicas on like hardware with equal shares are priced once (``replica_seconds``
             # shares the memo: the engine holds the layout and hardware)
-            key = (engine_of(kind, shapes, hw_of(replica)), samples * share / steps)
+            key = (engine_of(kind, shapes, hw), samples * share / steps)
             rc = priced.get(key)
             if rc is None:
                 rc = priced[key] = key[0].replica(key[1])

@@ -66,6 +66,25 @@ def test_canonical_renaming_equals_the_general_one(paper64):
             assert _canonical(key, node_of, members) == _rename(key, node_of, members, {}, {})
 
 
+def test_replica_hardware_by_node_sequence_equals_per_replica(paper64):
+    # the node-sequence memo answers every replica as the per-replica (renaming) memo does,
+    # with the very same objects; a grid with a repeated device takes the per-replica path
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    cm = CostModel(wl, paper64)
+    rng = np.random.default_rng(9)
+    for trial in range(300):
+        tp, pp = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2, 3]))
+        dp = int(rng.integers(1, 64 // (tp * pp) + 1))
+        devs = [int(d) for d in rng.permutation(paper64.num_devices)[:dp * pp * tp]]
+        if trial % 7 == 0 and len(devs) > 1:
+            devs[-1] = devs[0]  # a repeated device (an invalid plan, estimated unchecked)
+        p = make_placement("actor_training", devs, dp, pp, tp, 36)
+        got = cm.replica_hws(p)
+        want = [cm.hw(replica) for replica in p.devices]
+        assert all(a is b for a, b in zip(got, want, strict=True))
+        assert got == [_replica_hw(paper64, replica) for replica in p.devices]
+
+
 def _stepwise_drain(shapes, hw, m, L, params):
     """The drain as a step-by-step sum (the definition in docs/cost-model.md)."""
     h, bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
