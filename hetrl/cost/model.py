@@ -223,9 +223,6 @@ _STATIC: dict[tuple[int, int, int], tuple] = {}
 #: start afresh: ~2.5 KB each measured (paper64 PPO, 60 s search: 1.5 GB resident at ~550,000),
 #: so ~2 GB per process. Unbounded, a 10-minute search held 8.3 GB per process.
 MEMO_ENTRIES = 800_000
-#: Per-device bytes of a layout's tasklets per (kind, stage shapes, dp, tp, per-replica batch
-#: inputs, lengths, params, recompute, micro-batch size, sequences): see CostModel._slot_bytes.
-_SLOTS: dict[Any, np.ndarray] = {}
 
 
 class CostModel:
@@ -254,7 +251,7 @@ class CostModel:
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {})
+                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {}, {})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
@@ -285,6 +282,9 @@ class CostModel:
         #: of each device): see replica_hws
         self._symmetry = static[15]
         self._hw_by_nodes: dict[tuple[int, ...], ReplicaHW] = static[16]
+        #: per-device bytes of a layout's tasklets per (kind, id of the interned stage shapes,
+        #: dp, tp, per-replica batch inputs): see _slot_bytes
+        self._slot_rows: dict[Any, np.ndarray] = static[17]
         #: entries of each of the three shared memos above before it starts afresh (an entry
         #: holds at most about 16 arrays over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
@@ -398,7 +398,7 @@ class CostModel:
 
     def _slots(self, p: TaskPlacement) -> np.ndarray:
         """``p``'s tasklet memory rows (see :meth:`_slot_bytes`), memoised per layout and
-        per-replica batch inputs (``_SLOTS``)."""
+        per-replica batch inputs (the workload, lengths and params are the cost model's)."""
         wl = self.workload
         kind = self._info[p.task][0]
         shapes = self.shapes(p.task, p)
@@ -413,17 +413,21 @@ class CostModel:
         else:
             keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
                           for n in [n_total * share for share in p.data_shares]])
-        slots = _SLOTS.get((kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute,
-                            mbs, n_total))
+        # (shapes are interned and never dropped, so their id is theirs)
+        key = (kind, id(shapes), p.dp, p.tp, keys)
+        slots = self._slot_rows.get(key)
         if slots is None:
             slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
+            if len(self._slot_rows) >= 100_000:
+                self._slot_rows.clear()
+            self._slot_rows[key] = slots
         return slots
 
     def _slot_bytes(self, p: TaskPlacement, kind: str, shapes: tuple[StageShape, ...],
                     keys: Any, mbs: int, n_total: float) -> np.ndarray:
         """(weights, states, working, KV bytes of an average sequence, 1) per device of ``p``'s
         grid (5 x devices, in device-id order of the grid). A pure function of the layout and
-        of each replica's batch inputs ``keys``: memoised across cost models (``_SLOTS``)."""
+        of each replica's batch inputs ``keys`` (see :meth:`_slots`)."""
         wl = self.workload
         kv_seq = [shape.kv_bytes_per_token * self.L.seq_mean for shape in shapes]
         per_slot: list[tuple[float, float, float, float, float]] = []  # one per (replica, stage)
@@ -439,10 +443,6 @@ class CostModel:
             per_slot += rows
         out = np.repeat(np.array(per_slot), p.tp, axis=0).T.copy()
         out.setflags(write=False)
-        if len(_SLOTS) >= 100_000:
-            _SLOTS.clear()
-        _SLOTS[kind, shapes, p.dp, p.tp, keys, self.L, self.params, wl.recompute, mbs,
-               n_total] = out
         return out
 
     # --- tasks ---
@@ -793,7 +793,7 @@ class CostModel:
                 disjoint = hit[1]
             else:
                 used = np.concatenate([g.peak_ids for g in out])
-                disjoint = int(np.bincount(used).max()) <= 1
+                disjoint = int(np.maximum.reduce(np.bincount(used))) <= 1  # (.max(): 2 calls more)
                 self._tasklevel[key] = (out, disjoint)
             if not disjoint:
                 out = [self._group(pl, copies)]
