@@ -321,22 +321,27 @@ class CostModel:
             self._hw[replica] = out
         return out
 
-    def replica_hws(self, p: TaskPlacement) -> list[ReplicaHW]:
+    def replica_hws(self, p: TaskPlacement) -> tuple[ReplicaHW, ...]:
         """The hardware of each replica of ``p`` (:meth:`hw`). Where the cluster's nodes are
         symmetric and no device of ``p`` repeats, a replica's hardware is a function of its
         shape and the node of each of its devices (devices renamed within their nodes have the
         same hardware, :func:`~hetrl.cost.primitives.symmetric_memo`), so it is looked up by
         those: one pass over the placement's devices instead of renaming each replica."""
+        grid_key = ("hws", p.devices)  # tasks co-located on one grid ask for the same
+        out = self._tasklevel.get(grid_key)
+        if out is not None:
+            return out
         sym = self._symmetry
         ids = p.device_ids
         if sym is None or len(set(ids)) != len(ids):
-            return [self.hw(replica) for replica in p.devices]
+            out = self._tasklevel[grid_key] = tuple([self.hw(replica) for replica in p.devices])
+            return out
         node_of = sym[0]
         nodes = [node_of[d] for d in ids]
         pp, tp = p.pp, p.tp
         size = pp * tp
         memo = self._hw_by_nodes
-        out = []
+        hws = []
         for i, replica in enumerate(p.devices):
             key = (pp, tp, *nodes[i * size:(i + 1) * size])
             hw = memo.get(key)
@@ -344,7 +349,8 @@ class CostModel:
                 if len(memo) >= 100_000:
                     memo.clear()
                 hw = memo[key] = self.hw(replica)
-            out.append(hw)
+            hws.append(hw)
+        out = self._tasklevel[grid_key] = tuple(hws)
         return out
 
     def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW) -> Any:

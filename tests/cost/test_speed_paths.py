@@ -79,7 +79,7 @@ def test_replica_hardware_by_node_sequence_equals_per_replica(paper64):
         if trial % 7 == 0 and len(devs) > 1:
             devs[-1] = devs[0]  # a repeated device (an invalid plan, estimated unchecked)
         p = make_placement("actor_training", devs, dp, pp, tp, 36)
-        got = cm.replica_hws(p)
+        got = list(cm.replica_hws(p))
         want = [cm.hw(replica) for replica in p.devices]
         assert all(a is b for a, b in zip(got, want, strict=True))
         assert got == [_replica_hw(paper64, replica) for replica in p.devices]
