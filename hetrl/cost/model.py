@@ -838,18 +838,27 @@ class CostModel:
         hit = self._group_mem.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], slots, strict=True)):
             return hit[1]
-        info = self._info
-        tasks = [p.task for p in placements]
-        generation = tasks.index("actor_generation") if "actor_generation" in tasks else -1
-        starts = [0]
-        for p in placements:
-            starts.append(starts[-1] + p.dp * p.pp * p.tp)
-        rows = group_memory_rows(
-            np.concatenate(slots, axis=1) if len(slots) > 1 else slots[0],
-            np.concatenate([p.device_array for p in placements]) if len(slots) > 1
-            else placements[0].device_array,
-            np.array(starts), np.array([copies.index(info[t][2]) for t in tasks]), len(copies),
-            generation, self._mem_bytes, self.workload.mode == "async")
+        # the group's layout: each placement's columns, model copy and the generation task
+        layout_key = ("group layout", copies, *[(p.task, p.dp * p.pp * p.tp) for p in placements])
+        layout = self._copy_groups.get(layout_key)
+        if layout is None:
+            tasks = [p.task for p in placements]
+            starts = [0]
+            for p in placements:
+                starts.append(starts[-1] + p.dp * p.pp * p.tp)
+            layout = self._copy_groups[layout_key] = (
+                np.array(starts, dtype=np.int64),
+                np.array([copies.index(self._info[t][2]) for t in tasks], dtype=np.int64),
+                tasks.index("actor_generation") if "actor_generation" in tasks else -1)
+        starts, copy_of, generation = layout
+        if len(slots) > 1:
+            flat = np.array(tuple(itertools.chain.from_iterable(
+                [p.device_ids for p in placements])), dtype=np.int64)
+            slots_cat = np.concatenate(slots, axis=1)
+        else:
+            flat, slots_cat = placements[0].device_array, slots[0]
+        rows = group_memory_rows(slots_cat, flat, starts, copy_of, len(copies), generation,
+                                 self._mem_bytes, self.workload.mode == "async")
         rows.setflags(write=False)
         need, weights, states, working, resident, kv_budget, used, over_flag, kv = rows
         over = over_flag.nonzero()[0]
