@@ -322,33 +322,40 @@ class CostModel:
         return out
 
     def replica_hws(self, p: TaskPlacement) -> tuple[ReplicaHW, ...]:
-        """The hardware of each replica of ``p`` (:meth:`hw`). Where the cluster's nodes are
-        symmetric and no device of ``p`` repeats, a replica's hardware is a function of its
-        shape and the node of each of its devices (devices renamed within their nodes have the
-        same hardware, :func:`~hetrl.cost.primitives.symmetric_memo`), so it is looked up by
-        those: one pass over the placement's devices instead of renaming each replica."""
+        """The hardware of each replica of ``p`` (:meth:`hw`). A replica seen before is looked
+        up as it is; a new one, where the cluster's nodes are symmetric and no device of ``p``
+        repeats, by its shape and the node of each of its devices (devices renamed within their
+        nodes have the same hardware, :func:`~hetrl.cost.primitives.symmetric_memo`): one pass
+        over the placement's devices instead of renaming each replica."""
         grid_key = ("hws", p.devices)  # tasks co-located on one grid ask for the same
         out = self._tasklevel.get(grid_key)
         if out is not None:
             return out
-        sym = self._symmetry
-        ids = p.device_ids
-        if sym is None or len(set(ids)) != len(ids):
-            out = self._tasklevel[grid_key] = tuple([self.hw(replica) for replica in p.devices])
-            return out
-        node_of = sym[0]
-        nodes = [node_of[d] for d in ids]
+        raw, memo = self._hw, self._hw_by_nodes
         pp, tp = p.pp, p.tp
         size = pp * tp
-        memo = self._hw_by_nodes
+        nodes: Any = None  # each device's node, once a replica is new (False: no symmetry)
         hws = []
         for i, replica in enumerate(p.devices):
-            key = (pp, tp, *nodes[i * size:(i + 1) * size])
-            hw = memo.get(key)
+            hw = raw.get(replica)
             if hw is None:
-                if len(memo) >= 100_000:
-                    memo.clear()
-                hw = memo[key] = self.hw(replica)
+                if nodes is None:
+                    ids = p.device_ids
+                    nodes = False if self._symmetry is None or len(set(ids)) != len(ids) \
+                        else [self._symmetry[0][d] for d in ids]
+                if nodes is False:
+                    hw = self.hw(replica)
+                else:
+                    key = (pp, tp, *nodes[i * size:(i + 1) * size])
+                    hw = memo.get(key)
+                    if hw is None:
+                        if len(memo) >= 100_000:
+                            memo.clear()
+                        hw = memo[key] = self.hw(replica)  # (also stores it under ``replica``)
+                    else:
+                        if len(raw) >= 100_000:
+                            raw.clear()
+                        raw[replica] = hw
             hws.append(hw)
         out = self._tasklevel[grid_key] = tuple(hws)
         return out
@@ -694,12 +701,13 @@ class CostModel:
         links = fan_in_links(self.cluster, src, dst)
         worst = 0.0
         eff = self.params.efficiency(self.cluster.devices[dst[0]].gpu.name, "link")
+        samples, seq_mean, per_token = self.workload.samples, self.L.seq_mean, \
+            DATA_BYTES_PER_TOKEN[kind]
         for share, link in zip(p.data_shares, links, strict=True):
-            if link is None:
-                continue
-            lat, bw = link
-            nbytes = self.workload.samples * share * self.L.seq_mean * DATA_BYTES_PER_TOKEN[kind]
-            worst = max(worst, lat + nbytes / (bw * eff))
+            if link is not None:
+                t = link[0] + samples * share * seq_mean * per_token / (link[1] * eff)
+                if t > worst:
+                    worst = t
         self._tasklevel[key] = worst
         return worst
 
