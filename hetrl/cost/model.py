@@ -563,8 +563,8 @@ class CostModel:
                                                                            tuple[str, ...]]]]:
         """The plan's model copies in order of first use, and per task group the indices of its
         placements (in plan order) and its copies in that order (memoised per task layout)."""
-        tasks = tuple(p.task for p in plan.placements)
-        key = (tasks, tuple(g.tasks for g in plan.groups))
+        tasks = tuple([p.task for p in plan.placements])
+        key = (tasks, tuple([g.tasks for g in plan.groups]))
         out = self._copy_groups.get(key)
         if out is None:
             copies = tuple(dict.fromkeys(self._info[t][2] for t in tasks))
@@ -678,7 +678,7 @@ class CostModel:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the
         sharded Adam step, per optimizer step (seconds). A pure function of the device grid and
         the stage shapes: memoised per cluster."""
-        key = ("dp", p.devices, shapes)
+        key = ("dp", p.devices, id(shapes))  # (shapes are interned: their id is theirs)
         out = self._tasklevel.get(key)
         if out is None:
             out = self.cluster.topology.memoised(
@@ -760,15 +760,15 @@ class CostModel:
         placements = {p.task: p for p in plan.placements}
         gen = placements["actor_generation"]
         groups = self._group_results(plan)
-        gen_result = next(g.generation for g in groups if g.generation is not None)
+        gen_result = [g.generation for g in groups if g.generation is not None][0]
         results: dict[str, _TaskResult] = {"actor_generation": gen_result}
         for p in plan.placements:
             if p.task != "actor_generation":
                 results[p.task] = self._forward_task(p, gen)
         task_violations = tuple(itertools.chain.from_iterable(
-            r.violations for r in results.values() if r.violations))
-        memory = MemoryReport(tuple((g.peak_ids, g.peak_bytes) for g in groups),
-                              tuple((g.over, g.over_bytes) for g in groups if g.over.size),
+            [r.violations for r in results.values() if r.violations]))
+        memory = MemoryReport(tuple([(g.peak_ids, g.peak_bytes) for g in groups]),
+                              tuple([(g.over, g.over_bytes) for g in groups if g.over.size]),
                               self._gpus)
         sync_s = self._weight_sync(gen, placements["actor_training"])
         seconds = {t: r.seconds for t, r in results.items()}
