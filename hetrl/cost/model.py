@@ -888,13 +888,24 @@ def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[Stag
     ``p``'s grid: see :meth:`CostModel._dp_and_optimizer` and
     :func:`hetrl.cost.kernels.dp_optimizer_seconds`."""
     topo = cluster.topology
+    hbm_eff, link_eff = topo.memoised(
+        "dp_efficiency", params, lambda: (device_efficiency(cluster, params, "hbm"),
+                                          device_efficiency(cluster, params, "link")))
+    stage_params = _STAGE_PARAMS.get(shapes)
+    if stage_params is None:
+        if len(_STAGE_PARAMS) >= 10_000:
+            _STAGE_PARAMS.clear()
+        stage_params = _STAGE_PARAMS[shapes] = np.array([sh.params for sh in shapes], dtype=float)
+        stage_params.setflags(write=False)
     dp_s, opt_s = dp_optimizer_seconds(
-        _grid_array(p), np.array([sh.params for sh in shapes], dtype=float),
-        float(params.grad_bytes), float(bytes_per_value), float(params.optimizer_step_hbm_bytes),
-        topo.hbm_Bps, device_efficiency(cluster, params, "hbm"),
-        device_efficiency(cluster, params, "link"), topo.latency_s, topo.bandwidth_Bps,
-        topo.node_of, topo.uplink_Bps)
+        _grid_array(p), stage_params, float(params.grad_bytes), float(bytes_per_value),
+        float(params.optimizer_step_hbm_bytes), topo.hbm_Bps, hbm_eff, link_eff, topo.latency_s,
+        topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
     return float(dp_s), float(opt_s)
+
+
+#: Parameters per stage (one tp rank) of stage shapes, as an array (see _dp_and_optimizer).
+_STAGE_PARAMS: dict[tuple[StageShape, ...], np.ndarray] = {}
 
 
 def _grid_array(p: TaskPlacement) -> np.ndarray:
