@@ -64,14 +64,14 @@ def _merge_steps(names: Sequence[str], devices: Mapping[str, frozenset[int]]
                  ) -> list[tuple[int, ...]]:
     """Per task of ``names`` the positions of the clusters it merges with, as
     :func:`stage_makespan` builds them (the positions in its current list of clusters)."""
-    clusters: list[set[int]] = []
+    clusters: list[frozenset[int]] = []
     steps = []
     for name in names:
-        devs = set(devices[name])
-        merged = tuple(i for i, c in enumerate(clusters) if c & devs)
-        for i in merged:
-            devs |= clusters[i]
-        clusters = [c for i, c in enumerate(clusters) if i not in merged]
+        devs = devices[name]
+        merged = tuple([i for i, c in enumerate(clusters) if not c.isdisjoint(devs)])
+        if merged:
+            devs = devs.union(*[clusters[i] for i in merged])
+            clusters = [c for i, c in enumerate(clusters) if i not in merged]
         clusters.append(devs)
         steps.append(merged)
     return steps
