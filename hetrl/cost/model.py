@@ -692,18 +692,14 @@ class CostModel:
         return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
-        """Rollout data from the generation replicas to each replica of ``p`` (seconds)."""
-        key = ("data", gen, p)
-        out = self._tasklevel.get(key)
-        if out is not None:
-            return out
+        """Rollout data from the generation replicas to each replica of ``p`` (seconds). Only
+        :meth:`_forward_task` asks, once per (``p``, ``gen``), and memoises its answer."""
         # tasks co-located on one grid with the same shares and kind (three inference, two
         # training tasks) come one after another: compare with the previous one's inputs
         # (cheaper than hashing the grid and shares into a shared key)
         last = self._last_transfer
         if last is not None and last[0] is gen and last[1] == kind and last[2] == p.devices \
                 and last[3] == p.data_shares:
-            self._tasklevel[key] = last[4]
             return last[4]
         src = self._tasklevel.get(("firsts", gen))  # each replica's first device
         if src is None:
@@ -719,7 +715,6 @@ class CostModel:
                 t = link[0] + samples * share * seq_mean * per_token / (link[1] * eff)
                 if t > worst:
                     worst = t
-        self._tasklevel[key] = worst
         self._last_transfer = (gen, kind, p.devices, p.data_shares, worst)
         return worst
 
