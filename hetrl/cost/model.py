@@ -189,7 +189,7 @@ class _GroupResult:
     device_sets: tuple[tuple[str, frozenset[int]], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
 class _GroupMemory:
     """A task group's memory: per device (arrays over all devices, bytes) what it needs
     (resident + working), its resident bytes and the KV budget it leaves; the devices over
@@ -619,12 +619,12 @@ class CostModel:
 
     def _stage_index(self, p: TaskPlacement) -> tuple[np.ndarray, np.ndarray]:
         """Device ids flattened (replica, stage, rank) and the start of each (replica, stage)."""
-        key = ("stage_index", p)
-        out = self._tasklevel.get(key)
-        if out is None:
-            out = (p.device_array, np.arange(0, len(p.device_ids), p.tp))
-            self._tasklevel[key] = out
-        return out
+        key = (len(p.device_ids), p.tp)
+        starts = _STAGE_STARTS.get(key)
+        if starts is None:
+            starts = _STAGE_STARTS[key] = np.arange(0, key[0], key[1])
+            starts.setflags(write=False)
+        return p.device_array, starts
 
     def _forward_task(self, p: TaskPlacement, gen: TaskPlacement) -> _TaskResult:
         """An inference or training task, with its input transfer from generation."""
@@ -911,6 +911,8 @@ def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[Stag
     return float(dp_s), float(opt_s)
 
 
+#: The first index of each (replica, stage) in a grid's flat device ids, per (devices, tp).
+_STAGE_STARTS: dict[tuple[int, int], np.ndarray] = {}
 #: Parameters per stage (one tp rank) of stage shapes, as an array (see _dp_and_optimizer).
 _STAGE_PARAMS: dict[tuple[StageShape, ...], np.ndarray] = {}
 
