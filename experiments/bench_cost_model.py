@@ -9,15 +9,15 @@ Three rates:
   depend on the data shares are reused: cluster-level facts of device grids (collective links,
   replica hardware, DP-group and fan-in links; the weight sync of a grid pair and a training
   grid's DP and optimizer time; collective links and replica hardware also for device sets
-  renamed within nodes of interchangeable devices), workload-level facts (length statistics,
-  stage shapes), constants of (stage shapes, replica hardware) or of a layout that do not depend
-  on a replica's sequence count (prefill and stage factors, drain arrays, tasklet memory rows per
-  clamped batch inputs) and per-device memory arrays of known (memory rows, grid). Two plan
-  streams: random data weights per replica on fixed grids (what a load-balancing step of a
-  search costs: every grid-level fact is known), and equal weights with the devices shuffled
-  within each group (every replica and grid new), and new device sets (the 64 GPUs dealt at
-  random into the three groups: every (task, device set, layout) new, the memo key the issue
-  names -- the strictest row);
+  renamed within nodes of interchangeable devices, i.e. replica hardware per node of each
+  device), workload-level facts (length statistics, stage shapes), constants of (stage shapes,
+  replica hardware) or of a layout that do not depend on a replica's sequence count (prefill and
+  stage factors, drain arrays, tasklet memory rows per clamped batch inputs) and a task group's
+  memory of known (memory rows, grids). Three plan streams: random data weights per replica on
+  fixed grids (what a load-balancing step of a search costs: every grid-level fact is known),
+  equal weights with the devices shuffled within each group (every replica and grid new), and
+  new device sets (the 64 GPUs dealt at random into the three groups: every (task, device set,
+  layout) new, the memo key the issue names -- the strictest row);
 - warm-task: new plans whose placements were all seen before: one CostModel, the plan-level memo
   bypassed (``CostModel._estimate``), every task, memory (per placement and per task group) and
   sync term hits its cache;
