@@ -881,8 +881,12 @@ class CostModel:
         if over.size:
             over_bytes = np.array([need[over], weights[over], states[over], working[over],
                                    self._mem_bytes[over]])
+        device_sets = []  # co-located placements on one grid share one set (hashed once)
+        for i, p in enumerate(placements):
+            device_sets.append(device_sets[-1] if i and p.devices == placements[i - 1].devices
+                               else frozenset(p.device_ids))
         out = _GroupMemory(need, resident, kv_budget, over, over_bytes, used.nonzero()[0],
-                           generation, kv, tuple([frozenset(p.device_ids) for p in placements]))
+                           generation, kv, tuple(device_sets))
         if len(self._group_mem) >= self._shared_entries:
             self._group_mem.clear()
         self._group_mem[key] = (slots, out)
