@@ -443,7 +443,8 @@ GROUP_MEMORY_ROWS = ("need", "weights", "states", "working", "resident", "kv_bud
 def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
                       copy_of: np.ndarray, n_copies: int, generation: int, usable: np.ndarray,
                       kv_pool_kept: bool) -> np.ndarray:
-    """A task group's memory per device, rows in :data:`GROUP_MEMORY_ROWS` order.
+    """A task group's (or a whole plan's) memory per device, rows in :data:`GROUP_MEMORY_ROWS`
+    order.
 
     Placement i's columns are ``starts[i]:starts[i + 1]`` of ``slots`` (rows: weights, trained
     states, working set, KV bytes of an average sequence, 1; bytes) and ``flat`` (their device
@@ -454,8 +455,9 @@ def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
     ``kv_pool_kept``: async mode, vLLM keeps its pool while other tasks run); ``over``: used and
     need > usable. ``generation``: the placement whose KV row is returned (-1: none).
 
-    The operations and their order are those of the numpy code over per-placement dense arrays
-    (``CostModel._memory_of``), device by device, so the bytes are equal to the last bit."""
+    The operations and their order are those of numpy over per-placement dense arrays (the
+    definition in tests/cost/test_kernels.py, and the cost model's code before this kernel),
+    device by device, so the bytes are equal to the last bit."""
     n_dev = usable.size
     out = np.zeros((9, n_dev))
     dense = np.empty((5, n_dev))

@@ -159,22 +159,6 @@ class _PlacementMemory:
 
 
 @dataclass(eq=False, slots=True)
-class _PlanMemory:
-    """The memory per device of a plan or of one of its task groups (bytes, arrays over all
-    devices): ``copies`` the weights of each model copy (added in the order of ``copy_names``),
-    ``resident`` their sum plus the trained states, ``working`` the largest working set, ``used``
-    the devices the placements use."""
-
-    copies: dict[str, np.ndarray]
-    copy_names: tuple[str, ...]
-    states: np.ndarray
-    working: np.ndarray
-    used: np.ndarray
-    resident: np.ndarray
-    placements: list[_PlacementMemory]
-
-
-@dataclass(eq=False, slots=True)
 class _GroupResult:
     """One task group's memory answer: the devices over their usable memory and their (need,
     weights, states, working, usable) bytes (see :class:`MemoryReport`); the devices it uses and
@@ -535,32 +519,35 @@ class CostModel:
             out.append(rc.seconds)
         return out
 
-    def _memory_of(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...],
-                   mems: list[_PlacementMemory] | None = None) -> _PlanMemory:
-        """Per device: the resident bytes (the weights of each model copy, counted once per
-        copy, plus trained states), the largest working set, and which devices ``placements``
-        use. ``copies``: the copy names in the order their weights are added (the plan's order
-        of first use, so that a group of a plan adds in the same order as the whole plan).
-        ``mems``: the placements' memory, if known."""
-        if mems is None:
-            mems = [self.placement_memory(p) for p in placements]
-        by_copy: dict[str, np.ndarray] = {}
-        states = working = used = None
-        for m in mems:
-            prev = by_copy.get(m.copy)
-            by_copy[m.copy] = m.weights if prev is None else np.maximum(prev, m.weights)
-            if states is None:
-                states, working, used = m.states, m.working, m.mask
-            else:
-                states = states + m.states
-                working = np.maximum(working, m.working)
-                used = used | m.mask
-        assert states is not None and working is not None and used is not None
-        resident = sum(by_copy[c] for c in copies) + states
-        return _PlanMemory(by_copy, copies, states, working, used, resident, mems)
-
-    def _plan_memory(self, plan: Plan) -> _PlanMemory:
-        return self._memory_of(plan.placements, self._structure(plan)[0])
+    def _memory_rows(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...],
+                     slots: list[np.ndarray]) -> tuple[np.ndarray, int]:
+        """:func:`~hetrl.cost.kernels.group_memory_rows` of ``placements`` (their tasklet rows
+        ``slots``; ``copies``: the copy names in the order their weights are added, the plan's
+        order of first use, so that a group adds in the same order as the whole plan),
+        read-only, and the index of the generation placement among them (-1: none)."""
+        # the layout: each placement's columns, model copy and the generation task
+        layout_key = ("group layout", copies, *[(p.task, p.dp * p.pp * p.tp) for p in placements])
+        layout = self._copy_groups.get(layout_key)
+        if layout is None:
+            tasks = [p.task for p in placements]
+            starts = [0]
+            for p in placements:
+                starts.append(starts[-1] + p.dp * p.pp * p.tp)
+            layout = self._copy_groups[layout_key] = (
+                np.array(starts, dtype=np.int64),
+                np.array([copies.index(self._info[t][2]) for t in tasks], dtype=np.int64),
+                tasks.index("actor_generation") if "actor_generation" in tasks else -1)
+        starts, copy_of, generation = layout
+        if len(slots) > 1:
+            flat = np.array(tuple(itertools.chain.from_iterable(
+                [p.device_ids for p in placements])), dtype=np.int64)
+            slots_cat = np.concatenate(slots, axis=1)
+        else:
+            flat, slots_cat = placements[0].device_array, slots[0]
+        rows = group_memory_rows(slots_cat, flat, starts, copy_of, len(copies), generation,
+                                 self._mem_bytes, self.workload.mode == "async")
+        rows.setflags(write=False)
+        return rows, generation
 
     def _structure(self, plan: Plan) -> tuple[tuple[str, ...], list[tuple[list[int],
                                                                            tuple[str, ...]]]]:
@@ -582,24 +569,13 @@ class CostModel:
             self._copy_groups[key] = out
         return out
 
-    def _memory_layers(self, plan: Plan) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
-                                                   np.ndarray]:
-        """Per device: weights of each model copy, trained states, the largest working set, and
-        which devices the plan uses (bytes; arrays over all devices)."""
-        m = self._plan_memory(plan)
-        return {c: m.copies[c] for c in m.copy_names}, m.states, m.working, m.used
-
-    def _kv_budget(self, resident: np.ndarray, working: np.ndarray) -> np.ndarray:
-        kv_budget = self._mem_bytes - resident
-        if self.workload.mode == "async":
-            # vLLM keeps its KV pool allocated while other tasks run on a shared device.
-            kv_budget = kv_budget - working
-        return kv_budget
-
     def kv_budgets(self, plan: Plan) -> np.ndarray:
-        """Bytes each device can give the generation engine's KV cache under ``plan``."""
-        m = self._plan_memory(plan)
-        return self._kv_budget(m.resident, m.working)
+        """Bytes each device can give the generation engine's KV cache under ``plan``: its usable
+        memory less the resident bytes of every model copy and trained state on it (in async
+        mode also less the largest working set: vLLM keeps its pool while other tasks run)."""
+        rows, _ = self._memory_rows(plan.placements, self._structure(plan)[0],
+                                    [self._slots(p) for p in plan.placements])
+        return rows[5]
 
     def task_alone(self, p: TaskPlacement) -> tuple[float, np.ndarray]:
         """A task's seconds when it runs alone on its devices (generation: its KV cache gets the
@@ -853,29 +829,8 @@ class CostModel:
         hit = self._group_mem.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], slots, strict=True)):
             return hit[1]
-        # the group's layout: each placement's columns, model copy and the generation task
-        layout_key = ("group layout", copies, *[(p.task, p.dp * p.pp * p.tp) for p in placements])
-        layout = self._copy_groups.get(layout_key)
-        if layout is None:
-            tasks = [p.task for p in placements]
-            starts = [0]
-            for p in placements:
-                starts.append(starts[-1] + p.dp * p.pp * p.tp)
-            layout = self._copy_groups[layout_key] = (
-                np.array(starts, dtype=np.int64),
-                np.array([copies.index(self._info[t][2]) for t in tasks], dtype=np.int64),
-                tasks.index("actor_generation") if "actor_generation" in tasks else -1)
-        starts, copy_of, generation = layout
-        if len(slots) > 1:
-            flat = np.array(tuple(itertools.chain.from_iterable(
-                [p.device_ids for p in placements])), dtype=np.int64)
-            slots_cat = np.concatenate(slots, axis=1)
-        else:
-            flat, slots_cat = placements[0].device_array, slots[0]
-        rows = group_memory_rows(slots_cat, flat, starts, copy_of, len(copies), generation,
-                                 self._mem_bytes, self.workload.mode == "async")
-        rows.setflags(write=False)
-        need, weights, states, working, resident, kv_budget, used, over_flag, kv = rows
+        rows, generation = self._memory_rows(placements, copies, slots)
+        need, weights, states, working, resident, kv_budget, used, over_flag, kv = rows[:9]
         over = over_flag.nonzero()[0]
         over_bytes = _NO_BYTES
         if over.size:
