@@ -145,17 +145,14 @@ class Estimate:
 
 @dataclass(eq=False, slots=True)
 class _PlacementMemory:
-    """Bytes per device of one placement, over all devices of the cluster (0 where unused).
-    """
+    """Bytes per device of one placement, over all devices of the cluster (0 where unused):
+    what the ILP prices a candidate by (``CostModel.task_alone``). Estimates take a task
+    group's memory from the group kernel instead."""
 
-    copy: str
-    weights: np.ndarray  # bytes per device (0 where unused)
+    weights: np.ndarray
     states: np.ndarray
     working: np.ndarray
-    devices: np.ndarray
     kv_per_seq: np.ndarray  # generation: KV bytes of an average sequence per device
-    mask: np.ndarray  # True on the placement's devices
-    device_set: frozenset[int]
 
 
 @dataclass(eq=False, slots=True)
@@ -255,8 +252,8 @@ class CostModel:
         #: the entry holds the two objects, so their ids stay theirs while it lives
         self._hw: dict[Any, ReplicaHW] = static[9]
         self._engines: dict[Any, tuple] = static[10]
-        #: per-device arrays of placements and of task groups, shared: see placement_memory
-        #: and _group_memory
+        #: per-device arrays of placements (for the ILP) and the answers of task groups,
+        #: shared: see placement_memory and _group_memory
         self._dense: dict[Any, tuple] = static[11]
         self._group_mem: dict[Any, tuple] = static[12]
         #: per device its GPU type name and memory (GB), for memory messages
@@ -272,8 +269,8 @@ class CostModel:
         #: per-device bytes of a layout's tasklets per (kind, id of the interned stage shapes,
         #: dp, tp, per-replica batch inputs): see _slot_bytes
         self._slot_rows: dict[Any, np.ndarray] = static[17]
-        #: entries of each of the three shared memos above before it starts afresh (an entry
-        #: holds at most about 16 arrays over the devices: ~100 MB at most)
+        #: entries of each of _dense, _group_mem and _makespan before it starts afresh (an
+        #: entry holds at most about 16 arrays over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
 
     def memoised(self, key: Any, compute: Any) -> Any:
@@ -374,22 +371,19 @@ class CostModel:
         out = self._memory.get(p)
         if out is not None:
             return out
-        copy = self._info[p.task][2]
         slots = self._slots(p)
-        # The dense arrays are a pure function of the slot bytes, the copy and the grid: shared
-        # by placements that differ in data shares only (the entry holds ``slots``, so its id
-        # stays its own while the entry lives).
-        key = (id(slots), copy, p.devices)
+        # The dense arrays are a pure function of the slot bytes and the grid: shared by
+        # placements that differ in data shares or model copy only (the entry holds ``slots``,
+        # so its id stays its own while the entry lives).
+        key = (id(slots), p.devices)
         hit = self._dense.get(key)
         if hit is not None and hit[0] is slots:
             out = hit[1]
         else:
-            flat = p.device_array
             dense = np.zeros((5, self.cluster.num_devices))
-            dense[:, flat] = slots
+            dense[:, p.device_array] = slots
             dense.setflags(write=False)
-            out = _PlacementMemory(copy, dense[0], dense[1], dense[2], flat, dense[3],
-                                   dense[4] > 0, frozenset(p.device_ids))
+            out = _PlacementMemory(dense[0], dense[1], dense[2], dense[3])
             if len(self._dense) >= self._shared_entries:
                 self._dense.clear()
             self._dense[key] = (slots, out)
