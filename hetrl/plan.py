@@ -371,3 +371,21 @@ def colocated_plan(workload: WorkloadSpec, cluster: ClusterSpec, tp: int = 1, pp
                 Provenance(scheduler=scheduler))
     validate(plan, workload, cluster)
     return plan
+
+
+def unbalanced(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Plan:
+    """``plan`` without its load balancing: every placement's replicas take equal data shares and
+    its layers are split evenly over its stages (:func:`even_layers`); groups, layouts and the
+    tasklet-to-device map are unchanged. The load-balancing ablation compares a balanced plan
+    with this one (fig4). Validated against ``workload`` and ``cluster``."""
+    placements = []
+    for p in plan.placements:
+        layers = workload.model(workload.task(p.task).role).layers
+        placements.append(replace(p, layers_per_stage=even_layers(layers, p.pp),
+                                  data_weights=(1.0,) * p.dp))
+    even = "even data shares and layer splits"
+    note = plan.provenance.note if even in plan.provenance.note else "; ".join(
+        filter(None, (plan.provenance.note, even)))
+    out = replace(plan, placements=tuple(placements), provenance=replace(plan.provenance, note=note))
+    validate(out, workload, cluster)
+    return out
