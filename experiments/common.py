@@ -40,17 +40,19 @@ def search(scheduler: str, workload: str, cluster: str, evaluations: int | None,
 
 def simulated(plan: Plan | None, workload: str, cluster: str, iterations: int, seed: int = 0,
               batch_prompts: int | None = None) -> dict[str, Any]:
-    """Simulated throughput of ``plan``; a missing plan (nothing fit) has throughput 0."""
+    """Simulated throughput of ``plan``; a missing plan (nothing fit) has throughput 0.
+    ``feasible`` is the cost model's verdict (memory above all: the simulator checks none)."""
     wl, cl = job(workload, batch_prompts), cluster_preset(cluster)
     if plan is None:
         return {"sim_iteration_s": float("nan"), "throughput_samples_per_s": 0.0,
-                "estimate_s": float("nan"), "groups": 0, "gpus_used": 0}
+                "estimate_s": float("nan"), "feasible": False, "groups": 0, "gpus_used": 0}
     r = simulate(plan, wl, cl, iterations, seed)
     est = CostModel(wl, cl).estimate(plan)
     return {
         "sim_iteration_s": r.metrics["iteration_s"],
         "throughput_samples_per_s": wl.samples / r.metrics["iteration_s"],
         "estimate_s": est.iteration_s,
+        "feasible": bool(est.feasible),
         "groups": len(plan.groups),
         "gpus_used": len(plan.device_ids),
     }
