@@ -63,6 +63,33 @@ class Figure(ABC):
         """Rows for figures/README.md: {what, ours, paper, reading}."""
         return []
 
+    def budget(self, config: Config) -> str:
+        """The search budget in ``config``'s mode, in words (figures/README.md's run sizes)."""
+        return describe_budget(self.cells(config))
+
+
+def describe_budget(cells: list[dict[str, Any]]) -> str:
+    """A sweep's search budgets from its cells' ``evaluations`` (cost-model evaluations per
+    search) and ``seconds`` (wall-clock per search), by scheduler where they differ, with the
+    seeds and cells: ``1,000 evaluations per search; 3 seeds; 120 cells``."""
+    budgets: dict[str, list[str]] = {}
+    for cell in cells:
+        parts = []
+        if cell.get("evaluations") is not None:
+            parts.append(f"{cell['evaluations']:,} evaluations")
+        if cell.get("seconds") is not None:
+            parts.append(f"{cell['seconds']:g} s wall-clock")
+        who = cell.get("scheduler") or cell.get("system") or cell.get("source")
+        names = budgets.setdefault(" or ".join(parts) or "no search budget", [])
+        if who and who not in names:
+            names.append(who)
+    if len(budgets) == 1:
+        text = f"{next(iter(budgets))} per search"
+    else:
+        text = "; ".join(f"{b} per search ({', '.join(names)})" for b, names in budgets.items())
+    seeds = len({cell.get("seed", 0) for cell in cells})
+    return f"{text}; {seeds} seed{'s' * (seeds != 1)}; {len(cells)} cells"
+
 
 REGISTRY: dict[str, Figure] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.framework import FIGURES, Config, Figure
+from experiments.framework import FIGURES, MODES, Config, Figure
 from hetrl.io import write_text_atomic
 
 
@@ -18,10 +18,17 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "numbers (He et al., MLSys 2026) are only the paper's column; nothing is tuned toward them.",
         "",
         "Run sizes: `--quick` simulates 32 prompts x 8 responses per iteration with tiny search "
-        "budgets; the default mode 96 x 8 with 1,000 cost-model evaluations per plan search and "
-        "Qwen3-8B only in fig3/fig4 (so that all figures take about 10-15 minutes on 2 cores); "
-        "`--full` the paper's 384 x 8, Qwen3 4B/8B/14B and 4,000 evaluations. Smaller batches "
-        "shorten generation tails and change the balance between tasks, so ratios can move.",
+        "budgets; the default mode 96 x 8 and Qwen3-8B only in fig3/fig4 (so that all figures "
+        "fit in 15 minutes on 2 cores); `--full` the paper's 384 x 8 and Qwen3 4B/8B/14B. "
+        "Smaller batches shorten generation tails and change the balance between tasks, so "
+        "ratios can move. Where fig3, fig4 or fig10 repeat their cells over seeds (the table "
+        "below), each seed is a search and a simulation of its own: the bars are the mean over "
+        "seeds, the error bars the min-max, and the ratios in their tables are taken seed by "
+        "seed. Each "
+        "figure's search budget (an evaluation is one cost-model estimate of a plan), seeds and "
+        "cells per mode:",
+        "",
+        *budget_table(registry, config),
         "",
     ]
     for name, fig in registry.items():
@@ -38,3 +45,15 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
     write_text_atomic(FIGURES / "README.md", "\n".join(lines) + "\n")
 
 
+
+
+def budget_table(registry: dict[str, Figure], config: Config) -> list[str]:
+    """One row per figure: its search budget, seeds and cells in each mode (this run's marked)."""
+    modes = list(MODES)
+    head = [f"`--{m}`" if m != "default" else "default" for m in modes]
+    head = [h + (" (this run)" if m == config.mode else "") for h, m in zip(head, modes, strict=True)]
+    lines = ["| figure | " + " | ".join(head) + " |", "|---" * (len(modes) + 1) + "|"]
+    for name, fig in registry.items():
+        cells = [fig.budget(Config(m, config.seeds)) for m in modes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
