@@ -174,14 +174,20 @@ class Evaluator:
 
 
 class Scheduler(ABC):
-    """A search algorithm over plans. Subclasses set ``name`` and implement :meth:`run`."""
+    """A search algorithm over plans. Subclasses set ``name``, ``Options`` (a frozen dataclass
+    of their documented options, see :mod:`hetrl.search.options`) and implement :meth:`run`."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    #: the options' dataclass; None: options kept as a plain dict (not checked)
+    Options: ClassVar[type | None] = None
 
     def __init__(self, params: CostParams = DEFAULT_PARAMS, **options: Any):
+        from hetrl.search.options import parse_options
+
         self.params = params
-        self.options = options
+        self.options = (options if self.Options is None
+                        else parse_options(self.Options, self.name, options))
 
     def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
         from hetrl.search.collector import full_collections_held

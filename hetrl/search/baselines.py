@@ -18,17 +18,19 @@ import numpy as np
 from hetrl.search.base import Evaluator, Scheduler, register
 from hetrl.search.flat import FlatCodec
 from hetrl.search.genome import decode
+from hetrl.search.options import DeapOptions, FlatOptions
 
 
 @register
 class RandomScheduler(Scheduler):
     name = "random"
     description = "random plans from a flat encoding of all five levels; the best is kept"
+    Options = FlatOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         rng = np.random.default_rng(ev.budget.seed)
         codec = FlatCodec(ev.workload, ev.cluster.num_devices)
-        lb = bool(self.options.get("load_balance", True))
+        lb = self.options.load_balance
         while True:
             ev.evaluate(decode(codec.decode(codec.random(rng)), ev.model, lb))
 
@@ -37,14 +39,14 @@ class RandomScheduler(Scheduler):
 class DeapScheduler(Scheduler):
     name = "deap"
     description = "plain DEAP GA (eaSimple-style) over a flat encoding of all five levels"
+    Options = DeapOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         from deap import base, creator, tools
 
         opts = self.options
-        pop_size = int(opts.get("population", 32))
-        cxpb, mutpb = float(opts.get("cxpb", 0.5)), float(opts.get("mutpb", 0.2))
-        lb = bool(opts.get("load_balance", True))
+        pop_size, cxpb, mutpb = opts.population, opts.cxpb, opts.mutpb
+        lb = opts.load_balance
         codec = FlatCodec(ev.workload, ev.cluster.num_devices)
         rnd = pyrandom.Random(ev.budget.seed)  # DEAP's operators draw from `random`
         np_rng = np.random.default_rng(ev.budget.seed)

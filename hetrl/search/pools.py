@@ -5,9 +5,10 @@ every task co-located on all GPUs (verl's default hybrid engine) or its split pl
 actor's tasks on one pool, critic and reward on another). One layout for the training-side tasks
 and one rollout layout for generation, uniform data split, even layer split. The layouts and pool
 sizes come from a search that believes every GPU is the cluster's most common type and the
-network is uniform (one zone); devices are taken in id order. The believed-best configurations
-are tried in order and the first that fits the real cluster's memory is kept (a user would move
-on from one that does not run), then it is judged by the true cost model.
+network is uniform (one zone); devices are taken in id order. As a verl user tunes a job, the
+``k_best`` (default 5) believed-best configurations that fit the real cluster's memory are
+measured on it (the true cost model) and the fastest is kept; configurations that do not fit
+are skipped (a user would move on from one that does not run).
 ``verl-async``: generation and everything else in two pools, sized by the same belief.
 
 ``streamrl`` (async; Zhong et al. 2025): disaggregated -- generation in one pool, all other tasks
@@ -23,7 +24,8 @@ from typing import Any
 
 from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, make_placement
-from hetrl.search.base import Evaluator, Scheduler, register
+from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator, Scheduler, register
+from hetrl.search.options import NoOptions, VerlOptions
 from hetrl.search.space import Layout, layouts
 from hetrl.spec.cluster import ClusterSpec, NodeSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -58,7 +60,7 @@ def pool_plan(workload: WorkloadSpec, pools: list[tuple[tuple[str, ...], tuple[i
     return Plan(tuple(groups), tuple(placements))
 
 
-def _verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[list[tuple[tuple[str, ...], tuple[int, ...]]]]:
+def verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[list[tuple[tuple[str, ...], tuple[int, ...]]]]:
     tasks = workload.task_names
     out = [[(tasks, tuple(range(n)))]] if mode == "sync" else []
     if mode == "sync":
@@ -70,6 +72,33 @@ def _verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[li
     for k in range(node, n, node):
         out.append([(pool_a, tuple(range(k))), (pool_b, tuple(range(k, n)))])
     return out
+
+
+def streamrl_pools(workload: WorkloadSpec, cluster: ClusterSpec
+                   ) -> list[tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]]:
+    """StreamRL's pool structures: generation on whole nodes of one (GPU type, region) class,
+    every other task on whole nodes of another class (or of the same class, the rest of its
+    nodes), largest pools first (if the budget is short, it goes to the most capable ones)."""
+    classes: dict[tuple[str, str], list[tuple[int, ...]]] = {}
+    start = 0
+    for node in cluster.nodes:
+        ids = tuple(range(start, start + node.count))
+        start += node.count
+        classes.setdefault((node.gpu, node.region), []).append(ids)
+    gen_tasks = ("actor_generation",)
+    rest = tuple(t for t in workload.task_names if t not in gen_tasks)
+    candidates = []
+    for ca, cb in itertools.product(classes, repeat=2):
+        na, nb = classes[ca], classes[cb]
+        for ka in range(1, len(na) + 1):
+            for kb in range(1, len(nb) + 1):
+                if ca == cb and ka + kb > len(na):
+                    continue
+                gen_nodes = na[:ka]
+                rest_nodes = nb[ka:ka + kb] if ca == cb else nb[:kb]
+                candidates.append(((gen_tasks, sum(gen_nodes, ())), (rest, sum(rest_nodes, ()))))
+    candidates.sort(key=lambda c: -(len(c[0][1]) + len(c[1][1])))
+    return candidates
 
 
 #: verl configures one parallel layout per model: the rollout engine's, the actor's (shared with
@@ -84,17 +113,20 @@ VERL_MODELS = {
 
 class _VerlBase(Scheduler):
     mode = "sync"
+    Options = VerlOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         """Coordinate descent over each model's layout, per pool structure, on the believed
         (homogeneous) cluster; believed evaluations count against the budget (up to half of it).
-        Then the believed-best configurations, in order, on the real cluster."""
+        Then, as a verl user would, the ``k_best`` believed-best configurations that fit in
+        the real cluster's memory are measured on it (estimated by the true cost model) and the
+        fastest is kept (the evaluator keeps the best it saw)."""
         wl = ev.workload
         belief = believed_cluster(ev.cluster)
         believed = CostModel(wl, belief, self.params)
         node = max(n.count for n in ev.cluster.nodes)
         ranked: dict[Any, tuple[float, Plan]] = {}
-        structures = _verl_pools(wl, ev.cluster.num_devices, node, self.mode)
+        structures = verl_pools(wl, ev.cluster.num_devices, node, self.mode)
         try:  # round robin: every pool structure from one start, then from further starts
             for start in range(64):
                 if not any([self._descend(ev, believed, pools, ranked, start)
@@ -103,10 +135,14 @@ class _VerlBase(Scheduler):
         except _RankingDone:
             pass
         order = sorted(ranked.values(), key=lambda x: x[0])
-        for _, plan in order:  # the believed-best that runs on the real cluster
-            if ev.evaluate(plan) < 1e6:
+        measured = 0
+        for _, plan in order:  # the believed-best ones that run on the real cluster
+            if measured >= self.options.k_best:
                 break
-        return {"belief": belief.name, "believed_configurations": len(ranked)}
+            if ev.evaluate(plan) < INFEASIBLE_PENALTY_S:
+                measured += 1
+        return {"belief": belief.name, "believed_configurations": len(ranked),
+                "measured_configurations": measured}
 
     def _descend(self, ev: Evaluator, believed: CostModel, pools, ranked, start: int) -> bool:
         """Coordinate descent from the ``start``-th rollout layout; False if there is none."""
@@ -180,29 +216,10 @@ class VerlAsyncScheduler(_VerlBase):
 class StreamRLScheduler(Scheduler):
     name = "streamrl"
     description = "StreamRL: generation and training in two homogeneous single-region pools"
+    Options = NoOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
-        wl, cluster = ev.workload, ev.cluster
-        classes: dict[tuple[str, str], list[tuple[int, ...]]] = {}
-        start = 0
-        for node in cluster.nodes:
-            ids = tuple(range(start, start + node.count))
-            start += node.count
-            classes.setdefault((node.gpu, node.region), []).append(ids)
-        gen_tasks = ("actor_generation",)
-        rest = tuple(t for t in wl.task_names if t not in gen_tasks)
-        candidates = []
-        for ca, cb in itertools.product(classes, repeat=2):
-            na, nb = classes[ca], classes[cb]
-            for ka in range(1, len(na) + 1):
-                for kb in range(1, len(nb) + 1):
-                    if ca == cb and ka + kb > len(na):
-                        continue
-                    gen_nodes = na[:ka]
-                    rest_nodes = nb[ka:ka + kb] if ca == cb else nb[:kb]
-                    candidates.append(((gen_tasks, sum(gen_nodes, ())), (rest, sum(rest_nodes, ()))))
-        # Largest pools first: the budget, if short, goes to the most capable configurations.
-        candidates.sort(key=lambda c: -(len(c[0][1]) + len(c[1][1])))
+        candidates = streamrl_pools(ev.workload, ev.cluster)
         for pools in candidates:
             self._tune(ev, list(pools))
         return {"pool_candidates": len(candidates)}

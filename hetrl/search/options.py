@@ -1,0 +1,177 @@
+"""Typed, validated options of the schedulers (as Optuna's samplers take theirs: keyword-only,
+documented, a misspelled option is an error, never silently ignored).
+
+Each scheduler declares an ``Options`` frozen dataclass; :func:`parse_options` builds it from the
+keyword arguments of ``get_scheduler(name, **options)``, checking every name and type. Numbers
+are checked for range in each dataclass's ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from hetrl.errors import SpecError, require
+
+
+def parse_options(cls: type, scheduler: str, given: dict[str, Any]) -> Any:
+    """``cls(**given)`` after checking that every key is one of its fields and every value has
+    the field's type (booleans are not integers; integers are accepted where a float is)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key, value in given.items():
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise SpecError(f"{scheduler} option", key, f"unknown; known: {known}")
+        _check_type(f"{scheduler} option {key}", value, hints[key])
+    return cls(**given)
+
+
+def _check_type(name: str, value: Any, hint: Any) -> None:
+    args = typing.get_args(hint)
+    if type(None) in args:  # Optional[X]
+        if value is None:
+            return
+        hint = next(a for a in args if a is not type(None))
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value))
+    else:
+        ok = True  # plain data (e.g. a plan given as a hint): the scheduler checks it
+    require(ok, name, value, f"must be {getattr(hint, '__name__', hint)}")
+
+
+def _fraction(name: str, value: float, top: float = 1.0) -> None:
+    require(0.0 <= value <= top, name, value, f"must be in [0, {top}]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """A scheduler without options."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlatOptions:
+    """``random`` and ``deap``: their plans decoded with or without the load balancer."""
+
+    #: decode plans with the load balancer (data shares and layer splits from speeds)
+    load_balance: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeapOptions(FlatOptions):
+    """``deap``: eaSimple's parameters (DEAP's documented defaults for a GA of this size)."""
+
+    #: individuals per generation
+    population: int = 32
+    #: probability that a selected pair is mated (two-point crossover)
+    cxpb: float = 0.5
+    #: probability that an individual is mutated (polynomial bounded)
+    mutpb: float = 0.2
+
+    def __post_init__(self) -> None:
+        require(self.population >= 2, "deap option population", self.population, "must be >= 2")
+        _fraction("deap option cxpb", self.cxpb)
+        _fraction("deap option mutpb", self.mutpb)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerlOptions:
+    """``verl`` and ``verl-async``: how a verl user picks a configuration."""
+
+    #: the believed-best configurations a user measures on the real cluster, keeping the fastest
+    #: (configurations that do not fit in memory are skipped and do not count)
+    k_best: int = 5
+
+    def __post_init__(self) -> None:
+        require(self.k_best >= 1, "verl option k_best", self.k_best, "must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SHAOptions:
+    """``hetrl`` and ``hetrl-simple``: SHA-EA's options (docs/search.md says what each does and
+    docs/search-history.md why each default is what it is)."""
+
+    # --- our additions around the paper's halving ---
+    #: start from the plans of the cheap heuristics the space contains (all co-located, only
+    #: the fastest GPU type, only the best-connected region, verl's, verl-async's and
+    #: StreamRL's pool structures), tuned and kept as a floor; False is the ablation
+    warm_start: bool = True
+    #: share of the evaluation budget the warm start may use (its screening and tuning)
+    warm_fraction: float = 0.25
+    #: price every task grouping's structured first individual before any EA step, and let
+    #: the best-priced groupings (not a random subset) enter the halving when the budget
+    #: cannot afford them all
+    screening: bool = True
+    #: share of the evaluation budget screening may use (beyond it, a subset is screened)
+    screening_fraction: float = 0.2
+    #: share of the budget (after warm start and screening) kept for the final phase
+    exploit_fraction: float = 0.5
+    #: GPU-group size vectors per task grouping (level-2 arms); None: adaptive to the budget
+    gpu_groupings: int | None = None
+    #: level-2 arms whose sizes sum to fewer than all GPUs (the rest idle): one per
+    #: grouping with the GPUs of the fastest types first, when the budget allows two arms
+    idle_sizes: bool = True
+    #: the best arm of the all-co-located grouping joins the finalists
+    colocated_finalist: bool = True
+    #: after each turn of the final round robin, drop the worse half of the finalists
+    final_halving: bool = True
+
+    # --- the evolutionary algorithm (levels 3-5) ---
+    #: individuals per arm
+    population: int = 8
+    #: decode plans with the load balancer (the ablation: False)
+    load_balance: bool = True
+    #: probability that a mutation swaps a training GPU for a stronger one no training group uses
+    p_upgrade: float = 0.3
+    #: part-of-group layouts (dp * pp * tp at most half the group, aligned) in the space
+    sub_layouts: bool = True
+    #: share of layout mutations that draw a part-of-group layout (GPUs of the group idle for
+    #: that task)
+    p_sub: float = 0.15
+
+    # --- the polish (coordinate descent on levels 4-5) ---
+    #: polish the finalists (coordinate descent; see docs/search.md)
+    polish: bool = True
+    #: the polish's pair splits: from how many of the best split mixes one sweep starts
+    split_starts: int = 2
+    #: greedy sweeps over the other tasks' options from each split start
+    split_sweeps: int = 1
+    #: a pass starts from each group's GPUs in blocks of one type
+    type_blocks: bool = True
+    #: at most this many turns of a split
+    split_turns: int = 6
+    #: iterated local search: a converged pass restarts from the best after this many moves
+    kick_moves: int = 3
+    #: also split independent triples of a group's tasks
+    split_triples: bool = True
+    #: successive halving over a split's (shape, offset) candidates, turns as the resource
+    split_halving: bool = True
+    #: pair splits with a training task start from the other tasks' least-memory options
+    split_light: bool = True
+    #: sweeps start from the best split of each mix (window sizes and GPU types per task)
+    split_mixes: bool = True
+    #: hold a finalist's polish back until its EA went this many evaluations without a gain
+    stall_steps: int = 0
+    #: a polish call's cap is a third of the budget divided by this
+    polish_chunks: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub"):
+            _fraction(f"hetrl option {name}", getattr(self, name))
+        _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
+        for name, low in (("population", 2), ("split_starts", 1), ("split_sweeps", 0),
+                          ("split_turns", 2), ("kick_moves", 0), ("stall_steps", 0),
+                          ("polish_chunks", 1)):
+            value = getattr(self, name)
+            require(value >= low, f"hetrl option {name}", value, f"must be >= {low}")
+        if self.gpu_groupings is not None:
+            require(self.gpu_groupings >= 1, "hetrl option gpu_groupings", self.gpu_groupings,
+                    "must be >= 1")
