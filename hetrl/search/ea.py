@@ -38,6 +38,7 @@ import numpy as np
 from hetrl.cost.model import CostModel
 from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
 from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
+from hetrl.search.options import SHAOptions
 from hetrl.search.space import Layout
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
@@ -188,41 +189,42 @@ class Arm:
 
     def __init__(self, groups: tuple[tuple[str, ...], ...], sizes: tuple[int, ...],
                  model: CostModel, facts: DeviceFacts, rng: np.random.Generator,
-                 population: int = 8, p_upgrade: float = 0.3, swaps: str = "cross",
-                 load_balance: bool = True, seeded: int = 1, sub_layouts: bool = True,
-                 p_sub: float = 0.0, split_starts: int = 2, split_sweeps: int = 1,
-                 type_blocks: bool = True, split_turns: int = 6,
-                 kick_moves: int = 3, split_triples: bool = True, split_halving: bool = True,
-                 split_light: bool = True, split_mixes: bool = True):
+                 options: SHAOptions | None = None, swaps: str = "cross", seeded: int = 1):
         self.groups, self.sizes = groups, sizes
         self.model, self.facts, self.rng = model, facts, rng
-        self.population_size = population
-        self.p_upgrade = p_upgrade
+        o = self.options = options or SHAOptions()
+        self.population_size = o.population
+        self.p_upgrade = o.p_upgrade
         self.swaps = swaps
-        self.load_balance = load_balance
-        self.p_sub = p_sub  # share of layout mutations that draw a part-of-group layout
+        self.load_balance = o.load_balance
+        self.p_sub = o.p_sub  # share of layout mutations that draw a part-of-group layout
         #: the polish's pair splits: from how many of the best split shapes, and how many
         #: greedy sweeps over the other tasks' options from each
-        self.split_starts, self.split_sweeps = split_starts, split_sweeps
+        self.split_starts, self.split_sweeps = o.split_starts, o.split_sweeps
         #: whether a polish pass starts from the best genotype with each group's GPUs in blocks
         #: of one type (see :meth:`type_blocked`)
-        self.type_blocks = type_blocks
+        self.type_blocks = o.type_blocks
         #: at most this many turns of a split: each task of the pair (triple) in turn takes its
         #: best layout on its window given the others', until a fixed point (at least 2 (3))
-        self.split_turns = split_turns
+        self.split_turns = o.split_turns
         #: whether a pass also splits independent triples of a group's tasks over three
         #: windows (PPO's reward, reference and critic inference), after the pairs or in place
         #: of the pairs inside them (see :meth:`_splits`)
-        self.split_triples = split_triples
+        self.split_triples = o.split_triples
         #: whether only the better half of a split's (shape, offset) candidates still turning
         #: goes on after each turn (see :meth:`_split`)
-        self.split_halving = split_halving
+        self.split_halving = o.split_halving
         #: whether a pair split with a training task starts from its base with every other
         #: task of the group in its least-memory option (see :meth:`light_base`)
-        self.split_light = split_light
+        self.split_light = o.split_light
         #: whether the sweeps after a split start from the best split of each mix (window
         #: sizes and GPU types per task, see :meth:`_mix`) rather than of each shape
-        self.split_mixes = split_mixes
+        self.split_mixes = o.split_mixes
+        #: device orders of the first individuals (warm starts, see hetrl/search/warm.py),
+        #: each task on its rule-of-thumb layout (:meth:`seeded_genotype`)
+        self.starts: list[tuple[int, ...]] = []
+        #: whether a warm start put this arm in the search (its starts are the floor)
+        self.warm = False
         self.seeded = seeded  # how many initial individuals start structured (seeded_genotype)
         self.population: list[tuple[float, Genotype]] = []
         self.best: float = float("inf")
@@ -239,7 +241,7 @@ class Arm:
         self._pass_from = float("inf")
         #: iterated local search: once a pass has converged, the next one starts from the best
         #: genotype after this many random moves (:meth:`mutate`); 0: no further passes
-        self.kick_moves = kick_moves
+        self.kick_moves = o.kick_moves
         wl = model.workload
         self._training = {t.name for t in wl.tasks if t.kind == "training"}
         self.training_groups = [i for i, g in enumerate(groups) if self._training & set(g)]
@@ -252,7 +254,7 @@ class Arm:
         self.node_size = max(n.count for n in model.cluster.nodes)
         self.sub_options = {t: tuple(x for x in candidate_sub_layouts(wl, t, sizes[i])
                                      if self.aligned(x[0] * x[1] * x[2], sizes[i]))
-                            if sub_layouts else () for i, g in enumerate(groups) for t in g}
+                            if o.sub_layouts else () for i, g in enumerate(groups) for t in g}
         #: per task: its group's GPU count, and its part-of-group layouts by GPUs used
         #: per task: the index of its group, and its group's GPU count
         self.group_of = {t: i for i, g in enumerate(groups) for t in g}
@@ -307,14 +309,39 @@ class Arm:
         fitting = [x for x in options if self._need(task, x) < room[x[0] * x[1] * x[2] - 1]]
         return fitting or list(options)
 
-    def _genotype(self, order: tuple[int, ...], choose: Any) -> Genotype:
-        """The genotype of ``order`` with each task's layout ``choose(task, its group's slice)``."""
+    def _genotype(self, order: tuple[int, ...], choose: Any, fit: bool = False) -> Genotype:
+        """The genotype of ``order`` with each task's layout ``choose(task, its group's slice)``
+        (``fit``: then made to fit together, :meth:`_fit_group`)."""
         start, lays = 0, []
         for g, n in zip(self.groups, self.sizes, strict=True):
             devices = order[start:start + n]
             start += n
-            lays += [(t, choose(t, devices)) for t in g]
+            chosen = {t: choose(t, devices) for t in g}
+            if fit:
+                chosen = self._fit_group(chosen, devices)
+            lays += [(t, chosen[t]) for t in g]
         return Genotype(self.groups, self.sizes, order, tuple(lays))
+
+    def _fit_group(self, lays: dict[str, Layout], devices: tuple[int, ...]) -> dict[str, Layout]:
+        """``lays`` (one group's tasks) changed until their own bytes per GPU, summed, fit the
+        group's smallest GPU (the quick filter's room), a rule of thumb without evaluations:
+        co-located tasks hold their models side by side, so each fitting alone is not enough.
+        Each step moves the task holding the most that can hold less to its layout needing the
+        most below what it needs now (the most data-parallel among equals)."""
+        room = min(self.facts.memory[d] for d in devices) * self._room
+        lays = dict(lays)
+        for _ in range(8 * len(lays) * 8):
+            if sum(self._need(t, x) for t, x in lays.items()) <= room:
+                break
+            for t in sorted(lays, key=lambda t: -self._need(t, lays[t])):
+                now = self._need(t, lays[t])
+                less = [x for x in self.layout_options[t] if self._need(t, x) < now]
+                if less:
+                    lays[t] = max(less, key=lambda x: (self._need(t, x), x[0], -x[1]))
+                    break
+            else:
+                break  # nothing can hold less
+        return lays
 
     def random_genotype(self) -> Genotype:
         order = tuple(int(d) for d in self.rng.permutation(self.model.cluster.num_devices))
@@ -326,24 +353,38 @@ class Arm:
 
     def seeded_genotype(self) -> Genotype:
         """A structured start (our addition to the paper's random one): GPUs of one type kept
-        together node by node, the types in a random order over the groups, and each task's
-        layout chosen by a rule of thumb that needs no evaluation: among layouts whose own
-        memory fits, the most data-parallel one (least communication), and for generation one
-        that leaves at least 60% of the smallest GPU's memory to the KV cache when it can."""
+        together node by node, the types in a random order over the groups (in an arm that
+        leaves GPUs idle, the fastest types first, so the slowest idle), and each task on its
+        rule-of-thumb layout (:meth:`_rule_of_thumb`)."""
         f = self.facts
         types = sorted(set(f.gpu))
-        rank = {t: int(r) for t, r in zip(types, self.rng.permutation(len(types)), strict=True)}
+        if sum(self.sizes) < len(f.gpu):
+            # GPUs idle: the fastest types (peak FLOP/s) used, the slowest left idle
+            best = {t: -max(f.flops[d] for d in range(len(f.gpu)) if f.gpu[d] == t) for t in types}
+            rank = {t: r for r, t in enumerate(sorted(types, key=lambda t: (best[t], t)))}
+        else:
+            rank = {t: int(r) for t, r in zip(types, self.rng.permutation(len(types)),
+                                               strict=True)}
         order = tuple(sorted(range(len(f.gpu)), key=lambda d: (rank[f.gpu[d]], f.node[d], d)))
-        wl = self.model.workload
+        return self._genotype(order, self._rule_of_thumb, fit=True)
 
-        def choose(t: str, devices: tuple[int, ...]) -> Layout:
-            fitting = self._fitting(t, devices)
-            if wl.task(t).kind == "generation":
-                room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
-                    f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
-                fitting = room or fitting
-            return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
-        return self._genotype(order, choose)
+    def start_genotype(self, order: tuple[int, ...]) -> Genotype:
+        """A warm start's device order with each task on its rule-of-thumb layout."""
+        return self._genotype(order, self._rule_of_thumb, fit=True)
+
+    def _rule_of_thumb(self, t: str, devices: tuple[int, ...]) -> Layout:
+        """Task ``t``'s layout on its group's ``devices`` without an evaluation: among layouts
+        whose own memory fits, the most data-parallel one (least communication), and for
+        generation one that leaves at least 60% of the smallest GPU's memory to the KV cache
+        when it can."""
+        f = self.facts
+        wl = self.model.workload
+        fitting = self._fitting(t, devices)
+        if wl.task(t).kind == "generation":
+            room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
+                f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
+            fitting = room or fitting
+        return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
 
     def mutate(self, g: Genotype) -> Genotype:
         rng, f = self.rng, self.facts
@@ -415,6 +456,33 @@ class Arm:
             self.improved_at = self.evaluations
         return f
 
+    def tune(self, ev: Evaluator, cap: int) -> None:
+        """Coordinate descent over the full-group layouts from the arm's best genotype: each
+        task in turn keeps its best layout given the others', while a sweep improves, for at
+        most ``cap`` evaluations (a sweep costs the full-group layouts of every task, summed:
+        about 90 for Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the
+        warm start on the baselines' structures, as StreamRL tunes its pools' layouts. The
+        best joins the population."""
+        if not self.population:
+            return
+        state = list(min(self.population, key=lambda x: x[0]))
+        stop = self.evaluations + cap
+        try:
+            improved = True
+            while improved and self.evaluations < stop:
+                improved = False
+                for t in [t for t, _ in state[1].layouts]:
+                    cur = state[1].layout(t)
+                    for lay in self.layout_options[t]:
+                        if lay == cur or self.evaluations >= stop:
+                            continue
+                        h = state[1].with_layout(t, lay).with_offset(t, 0)
+                        f = self.fitness(ev, h)
+                        if f < state[0]:
+                            state[0], state[1], improved = f, h, True
+        finally:
+            self._adopt(state)
+
     def stalled(self, steps: int) -> bool:
         """Whether the arm's last ``steps`` evaluations found nothing better than its best."""
         return self.evaluations - self.improved_at >= steps
@@ -423,7 +491,13 @@ class Arm:
     def step(self, ev: Evaluator) -> None:
         """Fill the initial population, then one mutation + local search + replacement."""
         if len(self.population) < self.population_size:
-            g = self.seeded_genotype() if len(self.population) < self.seeded else self.random_genotype()
+            i = len(self.population)
+            if i < len(self.starts):
+                g = self.start_genotype(self.starts[i])
+            elif i < len(self.starts) + self.seeded:
+                g = self.seeded_genotype()
+            else:
+                g = self.random_genotype()
             self.population.append((self.fitness(ev, g), g))
             return
         i, j = self.rng.integers(len(self.population), size=2)

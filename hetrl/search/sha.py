@@ -33,6 +33,7 @@ from hetrl.cost.model import CostModel
 from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
 from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
+from hetrl.search.options import SHAOptions
 from hetrl.search.space import task_groupings
 
 
@@ -82,13 +83,18 @@ class _Level1:
 
 
 def choose_finalists(alive: list[_Level1], level1: list[_Level1], colocated: bool = True,
-                     count: int = 3) -> list[Arm]:
-    """The arms of the final phase: the ``count`` best arms of the surviving groupings, and
-    (``colocated``, our addition) the best arm of the all-co-located grouping even if the
-    halving dropped it. With part-of-group layouts its plans include any side-by-side split of
-    independent tasks, which the polish explores and the EA alone rarely reaches, so the loss
-    the halving ranks it by (the EA's) understates it (docs/search.md); it comes first."""
+                     count: int = 3, warm: list[Arm] = ()) -> list[Arm]:
+    """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
+    best warm-start arm (our addition: the floor the search must not lose to goes on being
+    searched), and (``colocated``, our addition) the best arm of the all-co-located grouping
+    even if the halving dropped it. With part-of-group layouts its plans include any
+    side-by-side split of independent tasks, which the polish explores and the EA alone rarely
+    reaches, so the loss the halving ranks it by (the EA's) understates it (docs/search.md);
+    it comes first."""
     out = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:count]
+    best_warm = min(warm, key=lambda a: a.best, default=None)
+    if best_warm is not None and best_warm not in out and math.isfinite(best_warm.best):
+        out.append(best_warm)
     together = [l1 for l1 in level1 if len(l1.grouping) == 1]
     if colocated and together:
         best = min(together[0].arms, key=lambda a: a.best)
@@ -226,31 +232,20 @@ class _Runner:
 class _SHABase(Scheduler):
     halve = True
     swaps = "cross"
+    Options = SHAOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
-        opts = self.options
+        opts: SHAOptions = self.options
         rng = np.random.default_rng(ev.budget.seed)
         model, wl = ev.model, ev.workload
         n = ev.cluster.num_devices
         facts = DeviceFacts.of(model)
         groupings = [g for g in task_groupings(wl) if len(g) <= n]
-        population = int(opts.get("population", 8))
-        load_balance = bool(opts.get("load_balance", True))
-        sub = bool(opts.get("sub_layouts", True))
+        population = opts.population
 
         def make_arm(grouping: tuple[tuple[str, ...], ...], sizes: tuple[int, ...]) -> Arm:
             return Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
-                       population=population, swaps=self.swaps, load_balance=load_balance,
-                       sub_layouts=sub, p_sub=float(opts.get("p_sub", 0.0)),
-                       split_starts=int(opts.get("split_starts", 2)),
-                       split_sweeps=int(opts.get("split_sweeps", 1)),
-                       type_blocks=bool(opts.get("type_blocks", True)),
-                       split_turns=int(opts.get("split_turns", 6)),
-                       kick_moves=int(opts.get("kick_moves", 3)),
-                       split_triples=bool(opts.get("split_triples", True)),
-                       split_halving=bool(opts.get("split_halving", True)),
-                       split_light=bool(opts.get("split_light", True)),
-                       split_mixes=bool(opts.get("split_mixes", True)))
+                       options=opts, swaps=self.swaps)
 
         # With a time budget, the warm-up that turns seconds into evaluations runs on the
         # all-co-located grouping's arm (groupings come ordered by their number of groups), which
@@ -259,34 +254,46 @@ class _SHABase(Scheduler):
         # ended there when the co-located arm's own start was 240.9 s)
         warm = make_arm(groupings[0], (n,)) if ev.budget.seconds is not None else None
         total = self._evaluation_budget(ev, warm)
-        k = int(opts.get("gpu_groupings", max(1, min(6, total // (len(groupings) * 6)))))
-        level1 = []
-        for grouping in groupings:
-            sizes_list = sample_sizes(n, len(grouping), k, rng)
-            arms = [warm if warm is not None and (grouping, sizes) == (warm.groups, warm.sizes)
-                    else make_arm(grouping, sizes) for sizes in sizes_list]
-            level1.append(_Level1(grouping, arms, self.halve))
+        # every grouping starts with one arm, its GPUs split evenly (more arms are added to the
+        # groupings that enter the halving, as the budget allows)
+        level1 = [_Level1(g, [warm if warm is not None and g == warm.groups
+                              else make_arm(g, sample_sizes(n, len(g), 1, rng)[0])], self.halve)
+                  for g in groupings]
+        by_grouping = {l1.grouping: l1 for l1 in level1}
+        info: dict[str, Any] = {}
+        warm_arms: list[Arm] = []
+        if opts.warm_start:
+            warm_arms = self._warm_start(ev, by_grouping, make_arm, int(total * opts.warm_fraction),
+                                         info)
+        if opts.screening:
+            self._screen(ev, level1, int(total * opts.screening_fraction), rng, info)
         alive = list(level1)
         spent0 = ev.evaluations
         # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
         # paper64 at 60 s, the polish's kicked passes being where its best plans come from)
-        exploit = float(opts.get("exploit_fraction", 0.5))
-        budget = (total - spent0) * (1 - exploit)
+        exploit = opts.exploit_fraction
+        budget = max(total - spent0, 0) * (1 - exploit)
         if self.halve:
             # Successive halving needs a minimum resource per arm (as Hyperband's r_min): the
             # first round gives every task grouping at least a population's worth of
-            # evaluations, so with a small budget a random subset of groupings (always keeping
-            # "everything co-located" and "every task apart") enters the halving.
-            need = population * k
+            # evaluations, so with a small budget only some groupings enter the halving: the
+            # best screened ones (without screening, a random subset with "everything
+            # co-located" and "every task apart"), and every grouping a warm start tuned.
+            need = population
             n_arms = len(alive)
             while n_arms > 2 and budget / ((math.ceil(math.log2(n_arms)) + 1) * n_arms) < need:
                 n_arms -= 1
             if n_arms < len(alive):
-                ends = [alive[0], alive[-1]]  # groupings are ordered by their number of groups
-                middle = alive[1:-1]
-                picked = rng.choice(len(middle), size=max(n_arms - 2, 0), replace=False)
-                alive = ends + [middle[i] for i in sorted(picked.tolist())]
+                alive = self._entrants(alive, n_arms, warm_arms, opts.screening, rng)
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
+        # level-2 arms per entering grouping: as many as its first round can give a
+        # population's worth each (at most 6, or ``gpu_groupings``)
+        first_share = budget / rounds / max(len(alive), 1)
+        k = opts.gpu_groupings or max(1, min(6, int(first_share // (population * 2))))
+        for l1 in alive:
+            self._add_sizes(l1, k, n, rng, make_arm, opts.idle_sizes)
+        info["gpu_groupings"] = k
+        info["groupings_entered"] = len(alive)
         per_round = budget / rounds
         # With a time budget, the rounds also end at (1 - exploit_fraction) of the time: the
         # evaluation count derived from the warm-up can overestimate the rate, and the final
@@ -297,6 +304,8 @@ class _SHABase(Scheduler):
         completed, round_start = 0, (ev.elapsed(), ev.evaluations)
         try:
             for r in range(rounds):
+                if ev.exhausted() or runner.past_deadline():
+                    break
                 if r > 0 and seconds is not None:
                     per_round = self._replanned(ev, runner.deadline, rounds - r, spent0,
                                                 round_start, exploit)
@@ -318,8 +327,118 @@ class _SHABase(Scheduler):
         # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
-        finalists = choose_finalists(alive, level1, bool(opts.get("colocated_finalist", True)))
-        polish = bool(opts.get("polish", True))
+        finalists = choose_finalists(alive, level1, opts.colocated_finalist, warm=warm_arms)
+        self._final_phase(ev, finalists, total, opts)
+        return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
+
+    def _warm_start(self, ev: Evaluator, by_grouping: dict, make_arm, budget: int,
+                    info: dict[str, Any]) -> list[Arm]:
+        """The warm start (hetrl/search/warm.py): each start, as many as half of ``budget``
+        affords, becomes the first individual of the arm of its grouping and sizes (made if
+        new) and is priced; then the best-priced arms are tuned (:meth:`Arm.tune`) in turn
+        with the rest of ``budget``. Returns the warm arms, best first."""
+        from hetrl.search.warm import starts
+
+        priced: list[Arm] = []
+        candidates = starts(ev.workload, ev.cluster)[: max(budget // 2, 1)]
+        for start in candidates:
+            l1 = by_grouping.get(start.groups)
+            if l1 is None:
+                continue
+            # an arm of this grouping and sizes with room for another start (at most half its
+            # population: the rest stays random, for diversity), else a new one
+            room = max(self.options.population // 2, 1)
+            arm = next((a for a in l1.arms if a.sizes == start.sizes and not a.population
+                        and len(a.starts) < room), None)
+            if arm is None:
+                arm = make_arm(start.groups, start.sizes)
+                l1.arms.append(arm)
+            if not arm.warm:
+                arm.warm = True
+                priced.append(arm)
+            arm.starts.append(start.order)
+        for arm in priced:  # the starts, one evaluation each
+            while len(arm.population) < len(arm.starts):
+                arm.step(ev)
+        priced.sort(key=lambda a: a.best)
+        spent = sum(len(a.starts) for a in priced)
+        for arm in priced:  # tune the best-priced first, while the warm start's budget lasts
+            left = budget - spent
+            if left <= 0 or not math.isfinite(arm.best):
+                break
+            before = arm.evaluations
+            arm.tune(ev, left)
+            spent += arm.evaluations - before
+        priced.sort(key=lambda a: a.best)
+        info["warm_starts"] = len(candidates)
+        info["warm_best"] = priced[0].best if priced else None
+        return priced
+
+    @staticmethod
+    def _screen(ev: Evaluator, level1: list[_Level1], budget: int, rng: np.random.Generator,
+                info: dict[str, Any]) -> None:
+        """Price each task grouping's structured first individual (one evaluation each) before
+        any EA step, so that the halving's entrants are chosen by a price, not at random. With
+        fewer evaluations than groupings, a random subset is screened, "everything co-located"
+        and "every task apart" always."""
+        todo = [l1 for l1 in level1 if not l1.arms[0].population]
+        if len(todo) > budget:
+            ends = [l1 for l1 in (level1[0], level1[-1]) if l1 in todo]
+            middle = [l1 for l1 in todo if l1 not in ends]
+            picked = rng.choice(len(middle), size=max(budget - len(ends), 0), replace=False)
+            todo = ends + [middle[i] for i in sorted(picked.tolist())]
+        for l1 in todo:
+            l1.arms[0].step(ev)
+        info["screened"] = len(todo)
+
+    @staticmethod
+    def _entrants(alive: list[_Level1], n_arms: int, warm_arms: list[Arm], screened: bool,
+                  rng: np.random.Generator) -> list[_Level1]:
+        """The ``n_arms`` groupings that enter the halving: every grouping holding one of the
+        (at most ``n_arms`` // 2) best warm arms, then the best screened groupings; without
+        screening, "everything co-located", "every task apart" and a random subset."""
+        if not screened:
+            ends = [alive[0], alive[-1]]  # groupings are ordered by their number of groups
+            middle = alive[1:-1]
+            picked = rng.choice(len(middle), size=max(n_arms - 2, 0), replace=False)
+            return ends + [middle[i] for i in sorted(picked.tolist())]
+        out: list[_Level1] = []
+        for arm in warm_arms[: max(n_arms // 2, 1)]:
+            l1 = next(x for x in alive if x.grouping == arm.groups)
+            if l1 not in out:
+                out.append(l1)
+        for l1 in sorted(alive, key=lambda x: x.best):  # a stable sort: ties keep their order
+            if len(out) >= n_arms:
+                break
+            if l1 not in out:
+                out.append(l1)
+        return out
+
+    @staticmethod
+    def _add_sizes(l1: _Level1, k: int, n: int, rng: np.random.Generator, make_arm,
+                   idle: bool) -> None:
+        """Give grouping ``l1`` up to ``k`` level-2 arms of all GPUs (:func:`sample_sizes`)
+        besides the ones it has, and (``idle``, with k >= 2) one whose sizes leave the last
+        GPUs of the order idle (its structured individual puts the slowest GPU types there)."""
+        g = len(l1.grouping)
+        have = {a.sizes for a in l1.arms}
+        full = [s for s in sample_sizes(n, g, k, rng) if s not in have]
+        count = sum(1 for a in l1.arms if sum(a.sizes) == n)
+        for sizes in full[: max(k - count, 0)]:
+            l1.arms.append(make_arm(l1.grouping, sizes))
+            have.add(sizes)
+        if idle and k >= 2:
+            used = n - max(n // 4, 1)
+            if used >= g:
+                sizes = sample_sizes(used, g, 1, rng)[0]
+                if sizes not in have:
+                    l1.arms.append(make_arm(l1.grouping, sizes))
+
+    def _final_phase(self, ev: Evaluator, finalists: list[Arm], total: int,
+                     opts: SHAOptions) -> None:
+        """The finalists' EAs round robin, each polished first and whenever its best changed;
+        after each turn the worse half of the finalists is dropped."""
+        polish = opts.polish
 
         def cap() -> int:
             """A third of the budget; with a time budget, of the evaluations the measured rate
@@ -330,15 +449,6 @@ class _SHABase(Scheduler):
             rate = ev.evaluations / ev.elapsed()
             projected = int(ev.evaluations + rate * max(b.seconds - ev.elapsed(), 0.0))
             return (projected if b.evaluations is None else min(projected, b.evaluations)) // 3
-        stall = int(opts.get("stall_steps", 0))
-        # a polish call's cap: a third of the budget (over ``polish_chunks``): the co-located
-        # finalist goes first and its pass -- the finds on paper64 -- runs whole where the
-        # budget allows (passes stopped at a cap resume at the arm's next turn)
-        chunks = int(opts.get("polish_chunks", 1))
-        # after each turn of the round robin, the worse half of the finalists is dropped
-        # (``final_halving``): the halving goes on into the final phase once every finalist
-        # has had a turn of its own
-        final_halving = bool(opts.get("final_halving", True))
         try:
             while not ev.exhausted():
                 for arm in finalists:
@@ -348,10 +458,10 @@ class _SHABase(Scheduler):
                         # the arm's EA has stalled (``stall_steps``, 0: at once); a pass
                         # stopped at its cap resumes at the arm's next turn.
                         c = cap()
-                        if arm.polishing or arm.polish_cost() <= c or arm.stalled(stall):
-                            arm.polish(ev, cap=max(1, c // chunks))
+                        if arm.polishing or arm.polish_cost() <= c or arm.stalled(opts.stall_steps):
+                            arm.polish(ev, cap=max(1, c // opts.polish_chunks))
                     arm.run(ev, 32)
-                if final_halving and len(finalists) > 1:
+                if opts.final_halving and len(finalists) > 1:
                     ranked = sorted(finalists, key=lambda a: a.best)
                     # the co-located arm is a finalist because its EA's loss understates it
                     # until the polish has split its tasks: it stays while its first pass runs
@@ -362,7 +472,6 @@ class _SHABase(Scheduler):
                         if polish and len(a.groups) == 1 and a.in_first_polish]
         except BudgetExhausted:
             pass
-        return {"halving_rounds": rounds, "halving_rounds_completed": completed}
 
     @staticmethod
     def _replanned(ev: Evaluator, deadline: float, rounds_left: int, spent0: int,

@@ -27,6 +27,7 @@ from hetrl.search.ea import (
     local_search,
 )
 from hetrl.search.genome import decode
+from hetrl.search.options import SHAOptions
 from hetrl.search.sha import HetRLSimpleScheduler, sample_sizes
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.presets import cluster_preset, workload_preset
@@ -210,7 +211,7 @@ def _two_group_arm(seed: int) -> tuple:
     facts = DeviceFacts.of(model)
     groups = (("actor_generation",), ("reward_inference", "reference_inference", "actor_training"))
     return wl, cl, model, facts, Arm(groups, (12, 12), model, facts, np.random.default_rng(seed),
-                                     population=6)
+                                     options=SHAOptions(population=6))
 
 
 def test_baldwinian_population_keeps_unimproved_genotypes():
@@ -478,7 +479,7 @@ def _colocated_arm(workload, cluster, seed=0, **options):
     model = CostModel(workload, cluster)
     tasks = tuple(workload.task_names)
     return Arm((tasks,), (cluster.num_devices,), model, DeviceFacts.of(model),
-               np.random.default_rng(seed), **options)
+               np.random.default_rng(seed), options=SHAOptions(**options))
 
 
 def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_cluster):
@@ -670,7 +671,8 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
     tasks = tuple(wl.task_names)
 
     def arm(**kw):
-        return Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0), **kw)
+        return Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
+                   options=SHAOptions(**kw))
 
     trio = ("reward_inference", "reference_inference", "critic_inference")
     on, off = arm(), arm(split_triples=False)
@@ -769,7 +771,7 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
 
     def run(halving: bool):
         arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
-                  split_halving=halving)
+                  options=SHAOptions(split_halving=halving))
         seen = []
         for _ in arm._split(ev, pair, 24, arm.seeded_genotype(),
                             lambda g, f: seen.append((f, g))):

@@ -1,0 +1,118 @@
+"""SHA-EA's warm start (our addition to the paper's method): the device structures of the cheap
+heuristics HetRL's space contains, as starting points of its search.
+
+A search must never lose to a plan inside its own space that a cheap rule finds. Each
+:class:`Start` fixes levels 1-3 of a genotype (task grouping, group sizes, which GPUs in which
+order; the GPUs after the last group idle); the arm that receives it picks each task's layout
+by its rule of thumb and the warm start then tunes the layouts by coordinate descent with the
+true cost model (:meth:`hetrl.search.ea.Arm.tune`). The starts:
+
+- ``colocated``: every task on every GPU (verl's hybrid engine);
+- ``types``: every task on the GPUs of one GPU type, then of the k fastest types (peak bf16
+  FLOP/s), the rest idle -- "only the fastest GPU type";
+- ``region``: every task on one region's GPUs (its edge nodes left out), for the regions with
+  the most peak FLOP/s -- "only the best-connected region";
+- ``verl`` / ``verl-async``: verl's pool structures (the actor's tasks on the first k nodes in
+  id order, the rest on the others; generation alone in the async mode) as
+  :func:`hetrl.search.pools.verl_pools` makes them;
+- ``streamrl``: StreamRL's two homogeneous single-region pools of whole nodes
+  (:func:`hetrl.search.pools.streamrl_pools`), largest first.
+
+The three pool families are interleaved (each family's first structure, then each one's
+second, ...), so a warm start that can afford to price only some of them prices each family's
+most capable structures.
+
+The baselines' own layouts come from their own searches; here the layouts are tuned by the
+arm, with the load balancer, so the start is at least as strong a use of the same GPUs once
+tuned (the floor in the benchmark experiments/bench_floor.py checks this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetrl.search.pools import streamrl_pools, verl_pools
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+
+#: at most this many regions get a ``region`` start (those with the most peak FLOP/s)
+MAX_REGION_STARTS = 4
+#: at most this many starts of each pool family (verl, verl-async, streamrl), in their order
+MAX_POOL_STARTS = 64
+
+
+@dataclass(frozen=True)
+class Start:
+    """Levels 1-3 of a genotype: ``groups`` (canonical: tasks in workflow order, groups by
+    their first task), ``sizes`` and ``order`` (each group's GPUs in turn, then the idle ones)."""
+
+    name: str
+    groups: tuple[tuple[str, ...], ...]
+    sizes: tuple[int, ...]
+    order: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple:
+        """What makes two starts the same plan structure (GPU sets, not their order)."""
+        out, at = [], 0
+        for n in self.sizes:
+            out.append(frozenset(self.order[at:at + n]))
+            at += n
+        return (self.groups, tuple(out))
+
+
+def from_pools(name: str, workload: WorkloadSpec, cluster: ClusterSpec,
+               pools: list[tuple[tuple[str, ...], tuple[int, ...]]]) -> Start:
+    """A start from task pools (task names, device ids), in canonical group order."""
+    rank = {t: i for i, t in enumerate(workload.task_names)}
+    canon = sorted(((tuple(sorted(tasks, key=rank.__getitem__)), tuple(devices))
+                    for tasks, devices in pools), key=lambda p: rank[p[0][0]])
+    used = [d for _, devices in canon for d in devices]
+    taken = set(used)
+    idle = [d for d in range(cluster.num_devices) if d not in taken]
+    return Start(name, tuple(t for t, _ in canon), tuple(len(d) for _, d in canon),
+                 tuple(used + idle))
+
+
+def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
+    """Every warm start for this job and cluster, duplicates (same groups on the same GPU
+    sets) removed, in the order listed in the module's docstring."""
+    tasks = workload.task_names
+    devices = cluster.devices
+    out: list[Start] = [from_pools("colocated", workload, cluster,
+                                   [(tasks, tuple(range(cluster.num_devices)))])]
+    # GPU types alone, then the k fastest types together (peak bf16 FLOP/s), the rest idle
+    speed: dict[str, float] = {}
+    for d in devices:
+        speed[d.gpu.name] = d.gpu.flops
+    types = sorted(speed, key=lambda g: (-speed[g], g))
+    subsets = [{t} for t in types] + [set(types[:k]) for k in range(2, len(types))]
+    for keep in subsets if len(types) > 1 else ():
+        ids = tuple(d.id for d in devices if d.gpu.name in keep)
+        name = "types " + "+".join(t for t in types if t in keep)
+        out.append(from_pools(name, workload, cluster, [(tasks, ids)]))
+    # single regions (without their edge nodes), the most peak FLOP/s first
+    if len(cluster.regions) > 1 or any(d.edge for d in devices):
+        power: dict[str, float] = {}
+        for d in devices:
+            if not d.edge:
+                power[d.region] = power.get(d.region, 0.0) + d.gpu.flops
+        for region in sorted(power, key=lambda r: (-power[r], r))[:MAX_REGION_STARTS]:
+            ids = tuple(d.id for d in devices if d.region == region and not d.edge)
+            out.append(from_pools(f"region {region}", workload, cluster, [(tasks, ids)]))
+    # the pool families interleaved, each in its own order (largest pools first)
+    node = max(n.count for n in cluster.nodes)
+    families = [("verl", verl_pools(workload, cluster.num_devices, node, "sync")),
+                ("verl-async", verl_pools(workload, cluster.num_devices, node, "async")),
+                ("streamrl", streamrl_pools(workload, cluster))]
+    for i in range(MAX_POOL_STARTS):
+        for family, pools in families:
+            if i < len(pools):
+                out.append(from_pools(family, workload, cluster, list(pools[i])))
+    seen: set[tuple] = set()
+    unique = []
+    for s in out:
+        if s.key not in seen and all(s.sizes):
+            seen.add(s.key)
+            unique.append(s)
+    return unique
