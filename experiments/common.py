@@ -24,11 +24,14 @@ def job(workload: str, batch_prompts: int | None = None):
 
 def search(scheduler: str, workload: str, cluster: str, evaluations: int | None, seed: int = 0,
            load_balance: bool = True, seconds: float | None = None,
-           batch_prompts: int | None = None) -> tuple[Plan | None, dict[str, Any]]:
-    """A plan from ``scheduler`` (None, with the reason, if it found nothing that fits)."""
+           batch_prompts: int | None = None, **options: Any) -> tuple[Plan | None, dict[str, Any]]:
+    """A plan from ``scheduler`` (None, with the reason, if it found nothing that fits);
+    ``load_balance=False`` and ``options`` go to the scheduler (its own options only)."""
     wl, cl = job(workload, batch_prompts), cluster_preset(cluster)
+    if not load_balance:
+        options["load_balance"] = False
     try:
-        result = get_scheduler(scheduler, load_balance=load_balance).search(
+        result = get_scheduler(scheduler, **options).search(
             wl, cl, Budget(evaluations=evaluations, seconds=seconds, seed=seed))
     except InfeasibleError as exc:
         return None, {"estimate_s": float("nan"), "evaluations": evaluations, "search_s": float("nan"),

@@ -29,7 +29,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int("--workers"), default=1,
                    help="processes (ILP: solver workers; default 1)")
     p.add_argument("--no-load-balance", action="store_true",
-                   help="disable the data- and layer-level load balancer (ablation)")
+                   help="disable the data- and layer-level load balancer (ablation; schedulers "
+                        "with a load balancer: hetrl, hetrl-simple, ilp, deap, random)")
+    p.add_argument("--no-warm-start", action="store_true",
+                   help="SHA-EA without its warm start from the baselines' structures "
+                        "(ablation; hetrl and hetrl-simple)")
     p.add_argument("--params", help="cost-model parameters YAML")
     p.add_argument("--out", "-o", required=True, type=output_path("--out"),
                    help="write the plan here (.json or .yaml)")
@@ -46,8 +50,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     budget = Budget(seconds=args.budget_s, evaluations=args.budget_evals, seed=args.seed,
                     workers=args.workers, progress=args.progress)
-    scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster),
-                              load_balance=not args.no_load_balance)
+    options = {}
+    if args.no_load_balance:
+        options["load_balance"] = False
+    if args.no_warm_start:
+        options["warm_start"] = False
+    scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster), **options)
     result = scheduler.search(workload, cluster, budget)
     save_plan(result.plan, args.out)
     est = result.estimate
