@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetrl.errors import require
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.hardware import gpu_catalog
 
@@ -38,3 +39,39 @@ def random_cluster(seed: int, num_nodes: int = 4, num_regions: int = 2,
         for i, a in enumerate(used) for b in used[i + 1:]
     )
     return ClusterSpec(name or f"random-{seed}", tuple(nodes), links)
+
+
+def nested_random_cluster(seed: int, num_nodes: int, num_regions: int = 16,
+                          gpus: tuple[str, ...] | None = None,
+                          gpus_per_node: tuple[int, ...] = (1, 2, 4, 8),
+                          edge_probability: float = 0.0, name: str | None = None) -> ClusterSpec:
+    """The first ``num_nodes`` nodes of one endless random cluster per ``seed``: the cluster of
+    n nodes is the cluster of m < n nodes plus n - m new nodes, with the same region links, so
+    every plan of the smaller cluster is a plan of the larger one with the same estimate.
+
+    Node i lies in region ``r{i % num_regions}`` (round robin: the first ``num_regions`` nodes
+    open the regions); its GPU type, GPU count and edge flag (never the first node of a region)
+    are drawn from a stream of its own, and the link between regions a and b (one-way delay in
+    [1, 60] ms, per-flow bandwidth in [0.5, 10] Gbit/s) from the pair's own stream, so neither
+    depends on the size. Every node is in zone "a": a region's second zone would add an
+    inter-zone hop to its old nodes' routes.
+    """
+    require(num_nodes >= 1, "num_nodes", num_nodes, "need at least one node")
+    require(num_regions >= 1, "num_regions", num_regions, "need at least one region")
+    types = gpus or tuple(gpu_catalog())
+    nodes = []
+    for i in range(num_nodes):
+        rng = np.random.default_rng((seed, 0, i))
+        gpu = str(types[int(rng.integers(len(types)))])
+        count = int(gpus_per_node[int(rng.integers(len(gpus_per_node)))])
+        edge = bool(rng.random() < edge_probability) and i >= num_regions
+        nodes.append(NodeSpec(name=f"n{i}", gpu=gpu, count=count, region=f"r{i % num_regions}",
+                              edge=edge))
+    used = min(num_nodes, num_regions)
+    links = []
+    for a in range(used):
+        for b in range(a + 1, used):
+            rng = np.random.default_rng((seed, 1, a, b))
+            links.append(RegionLink(f"r{a}", f"r{b}", round(float(rng.uniform(1, 60)), 3),
+                                    round(float(rng.uniform(0.5, 10)), 3)))
+    return ClusterSpec(name or f"nested-{seed}-{num_nodes}", tuple(nodes), tuple(links))

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetrl.spec.cluster import ClusterSpec
-from hetrl.spec.random_cluster import random_cluster
+from hetrl.spec.random_cluster import nested_random_cluster, random_cluster
 
 clusters = st.builds(
     random_cluster,
@@ -78,3 +78,52 @@ def test_first_node_of_each_region_is_never_edge():
     c = random_cluster(3, num_nodes=8, num_regions=4, edge_probability=1.0)
     assert [n.edge for n in c.nodes] == [False] * 4 + [True] * 4
     assert {n.region for n in c.nodes[:4]} == {"r0", "r1", "r2", "r3"}
+
+
+# --- nested random clusters ---------------------------------------------------------------------
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(0, 12), st.integers(1, 5),
+       st.sampled_from([0.0, 0.5]))
+def test_nested_cluster_extends_the_smaller_one(seed, nodes, more, regions, edge):
+    """The larger cluster keeps the smaller one's nodes (names, GPU types and counts, regions,
+    edge flags), its region links and every latency and bandwidth between its devices."""
+    small = nested_random_cluster(seed, nodes, num_regions=regions, edge_probability=edge)
+    big = nested_random_cluster(seed, nodes + more, num_regions=regions, edge_probability=edge)
+    assert big.nodes[:nodes] == small.nodes
+    assert set(small.region_links) <= set(big.region_links)
+    n = small.num_devices
+    assert big.devices[:n] == small.devices
+    for name in ("latency_s", "bandwidth_Bps"):
+        assert np.array_equal(getattr(big.topology, name)[:n, :n], getattr(small.topology, name))
+    assert np.array_equal(big.topology.uplink_Bps[:nodes], small.topology.uplink_Bps)
+    assert [nd.region for nd in big.nodes] == [f"r{i % regions}" for i in range(nodes + more)]
+    assert not any(nd.edge for nd in big.nodes[:regions])  # a region's first node
+
+
+def test_nested_cluster_runs_the_smaller_clusters_plans_unchanged():
+    """A plan of the 16-GPU cluster is a valid plan of the 64-GPU one with the same estimate."""
+    from hetrl.cost import CostModel
+    from hetrl.plan import colocated_plan, validate
+    from hetrl.spec.presets import workload_preset
+
+    wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=8)
+    gpus = ("A100-80GB", "H100", "L40S", "L4")
+    small = nested_random_cluster(7, 2, num_regions=4, gpus=gpus, gpus_per_node=(8,))
+    big = nested_random_cluster(7, 8, num_regions=4, gpus=gpus, gpus_per_node=(8,))
+    assert (small.num_devices, big.num_devices) == (16, 64)
+    for tp in (1, 4):
+        plan = colocated_plan(wl, small, tp=tp)
+        validate(plan, wl, big)
+        assert CostModel(wl, big).estimate(plan).to_dict() == \
+            CostModel(wl, small).estimate(plan).to_dict()
+
+
+def test_nested_cluster_is_deterministic_and_seeded():
+    a = nested_random_cluster(11, 6, num_regions=3)
+    assert a == nested_random_cluster(11, 6, num_regions=3)
+    assert a.name == "nested-11-6"
+    shapes = {json.dumps(nested_random_cluster(s, 6, num_regions=3).to_dict()["nodes"])
+              for s in range(10)}
+    assert len(shapes) == 10
+    assert {nd.zone for nd in nested_random_cluster(3, 20, num_regions=4).nodes} == {"a"}
