@@ -42,32 +42,37 @@ def random_cluster(seed: int, num_nodes: int = 4, num_regions: int = 2,
 
 
 def nested_random_cluster(seed: int, num_nodes: int, num_regions: int = 16,
-                          gpus: tuple[str, ...] | None = None,
+                          nodes_per_region: int = 1, gpus: tuple[str, ...] | None = None,
                           gpus_per_node: tuple[int, ...] = (1, 2, 4, 8),
                           edge_probability: float = 0.0, name: str | None = None) -> ClusterSpec:
     """The first ``num_nodes`` nodes of one endless random cluster per ``seed``: the cluster of
     n nodes is the cluster of m < n nodes plus n - m new nodes, with the same region links, so
     every plan of the smaller cluster is a plan of the larger one with the same estimate.
 
-    Node i lies in region ``r{i % num_regions}`` (round robin: the first ``num_regions`` nodes
-    open the regions); its GPU type, GPU count and edge flag (never the first node of a region)
-    are drawn from a stream of its own, and the link between regions a and b (one-way delay in
-    [1, 60] ms, per-flow bandwidth in [0.5, 10] Gbit/s) from the pair's own stream, so neither
-    depends on the size. Every node is in zone "a": a region's second zone would add an
-    inter-zone hop to its old nodes' routes.
+    Nodes come in blocks of ``nodes_per_region``, dealt round robin over ``num_regions``
+    regions: node i lies in region ``r{(i // nodes_per_region) % num_regions}`` (with the
+    default 1, plain round robin). The first blocks open the regions; later ones add nodes to
+    regions already open. A node's GPU type, GPU count and edge flag (never the first node of a
+    region) come from a random stream of its own, and the link between regions a and b
+    (one-way delay in [1, 60] ms, per-flow bandwidth in [0.5, 10] Gbit/s) from the pair's own,
+    so neither depends on the size. Every node is in zone "a": a second zone in a region would
+    add an inter-zone hop to the routes of its old nodes.
     """
     require(num_nodes >= 1, "num_nodes", num_nodes, "need at least one node")
     require(num_regions >= 1, "num_regions", num_regions, "need at least one region")
+    require(nodes_per_region >= 1, "nodes_per_region", nodes_per_region, "must be >= 1")
     types = gpus or tuple(gpu_catalog())
     nodes = []
     for i in range(num_nodes):
         rng = np.random.default_rng((seed, 0, i))
         gpu = str(types[int(rng.integers(len(types)))])
         count = int(gpus_per_node[int(rng.integers(len(gpus_per_node)))])
-        edge = bool(rng.random() < edge_probability) and i >= num_regions
-        nodes.append(NodeSpec(name=f"n{i}", gpu=gpu, count=count, region=f"r{i % num_regions}",
-                              edge=edge))
-    used = min(num_nodes, num_regions)
+        block = i // nodes_per_region
+        first_in_region = block < num_regions and i % nodes_per_region == 0
+        edge = bool(rng.random() < edge_probability) and not first_in_region
+        nodes.append(NodeSpec(name=f"n{i}", gpu=gpu, count=count,
+                              region=f"r{block % num_regions}", edge=edge))
+    used = min(-(-num_nodes // nodes_per_region), num_regions)
     links = []
     for a in range(used):
         for b in range(a + 1, used):

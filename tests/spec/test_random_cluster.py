@@ -84,12 +84,14 @@ def test_first_node_of_each_region_is_never_edge():
 
 @settings(max_examples=40)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(0, 12), st.integers(1, 5),
-       st.sampled_from([0.0, 0.5]))
-def test_nested_cluster_extends_the_smaller_one(seed, nodes, more, regions, edge):
+       st.integers(1, 3), st.sampled_from([0.0, 0.5]))
+def test_nested_cluster_extends_the_smaller_one(seed, nodes, more, regions, block, edge):
     """The larger cluster keeps the smaller one's nodes (names, GPU types and counts, regions,
     edge flags), its region links and every latency and bandwidth between its devices."""
-    small = nested_random_cluster(seed, nodes, num_regions=regions, edge_probability=edge)
-    big = nested_random_cluster(seed, nodes + more, num_regions=regions, edge_probability=edge)
+    small = nested_random_cluster(seed, nodes, num_regions=regions, nodes_per_region=block,
+                                  edge_probability=edge)
+    big = nested_random_cluster(seed, nodes + more, num_regions=regions, nodes_per_region=block,
+                                edge_probability=edge)
     assert big.nodes[:nodes] == small.nodes
     assert set(small.region_links) <= set(big.region_links)
     n = small.num_devices
@@ -97,8 +99,11 @@ def test_nested_cluster_extends_the_smaller_one(seed, nodes, more, regions, edge
     for name in ("latency_s", "bandwidth_Bps"):
         assert np.array_equal(getattr(big.topology, name)[:n, :n], getattr(small.topology, name))
     assert np.array_equal(big.topology.uplink_Bps[:nodes], small.topology.uplink_Bps)
-    assert [nd.region for nd in big.nodes] == [f"r{i % regions}" for i in range(nodes + more)]
-    assert not any(nd.edge for nd in big.nodes[:regions])  # a region's first node
+    assert [nd.region for nd in big.nodes] == [f"r{i // block % regions}"
+                                               for i in range(nodes + more)]
+    firsts = big.nodes[:regions * block:block]  # each region's first node
+    assert not any(nd.edge for nd in firsts)
+    assert [nd.region for nd in firsts] == [f"r{k}" for k in range(len(firsts))]
 
 
 def test_nested_cluster_runs_the_smaller_clusters_plans_unchanged():
@@ -109,8 +114,11 @@ def test_nested_cluster_runs_the_smaller_clusters_plans_unchanged():
 
     wl = workload_preset("qwen3-4b-grpo-sync").with_(batch_prompts=8)
     gpus = ("A100-80GB", "H100", "L40S", "L4")
-    small = nested_random_cluster(7, 2, num_regions=4, gpus=gpus, gpus_per_node=(8,))
-    big = nested_random_cluster(7, 8, num_regions=4, gpus=gpus, gpus_per_node=(8,))
+    small = nested_random_cluster(7, 2, num_regions=4, nodes_per_region=2, gpus=gpus,
+                                  gpus_per_node=(8,))
+    big = nested_random_cluster(7, 8, num_regions=4, nodes_per_region=2, gpus=gpus,
+                                gpus_per_node=(8,))
+    assert [nd.region for nd in big.nodes] == ["r0", "r0", "r1", "r1", "r2", "r2", "r3", "r3"]
     assert (small.num_devices, big.num_devices) == (16, 64)
     for tp in (1, 4):
         plan = colocated_plan(wl, small, tp=tp)
