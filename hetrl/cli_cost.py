@@ -98,17 +98,25 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def _bound_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    p.add_argument("--params", help="cost-model parameters YAML for the model bound")
     _json_flag(p)
 
 
-@command("bound", "the physical lower bound of one iteration (all GPUs at peak)", _bound_args)
+@command("bound", "lower bounds of one iteration: physical (all GPUs at peak) and the cost "
+         "model's (its efficiencies, the serial generation tail)", _bound_args)
 def cmd_bound(args: argparse.Namespace) -> int:
     from hetrl.cost.bound import lower_bound
     from hetrl.io import load_cluster, load_workload
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    b = lower_bound(workload, cluster)
-    emit(args, b, f"{workload.name} on {cluster.name}: no plan can beat "
-                  f"{b['iteration_s_lower_bound']:.2f} s per iteration (compute "
-                  f"{b['compute_bound_s']:.2f} s, memory {b['memory_bound_s']:.2f} s at peak)")
+    b = lower_bound(workload, cluster, load_params(args.params, cluster))
+    emit(args, b, "\n".join([
+        f"{workload.name} on {cluster.name}: no plan can beat "
+        f"{b['iteration_s_lower_bound']:.2f} s per iteration (compute "
+        f"{b['compute_bound_s']:.2f} s, memory {b['memory_bound_s']:.2f} s at peak)",
+        f"  nor the cost model's {b['iteration_s_model_bound']:.2f} s (generation "
+        f"{b['model_generation_s']:.2f} s, of which a serial decode tail of "
+        f"{b['generation_tail_s']:.2f} s: {b['decode_steps']:.0f} steps of "
+        f"{b['decode_step_s'] * 1e3:.2f} ms at tp {b['generation_tail_tp']:.0f}; inference "
+        f"{b['model_inference_s']:.2f} s, training {b['model_training_s']:.2f} s)"]))
     return 0
