@@ -107,8 +107,21 @@ def test_bound_json_and_text(capsys):
     assert d["iteration_s_lower_bound"] == max(d["compute_bound_s"], d["memory_bound_s"]) > 0
     est = run_json(capsys, *BASE, "--colocate", "--tp", "4")
     assert d["iteration_s_lower_bound"] < est["iteration_s"]
+    # the cost model's bound: between the physical one and the plan (325.07 s vs 369.44 s)
+    assert d["iteration_s_lower_bound"] < d["iteration_s_model_bound"] < est["iteration_s"]
+    assert d["iteration_s_model_bound"] == pytest.approx(
+        d["model_generation_s"] + d["model_inference_s"] + d["model_training_s"])
     code, out, _ = run(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
     assert code == 0 and "no plan can beat" in out
+    assert "nor the cost model's 325.07 s" in out
+
+
+def test_bound_takes_params(capsys, tmp_path):
+    slow = write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": 0.2}})
+    base = run_json(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
+    d = run_json(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "--params", slow)
+    assert d["model_training_s"] == pytest.approx(2 * base["model_training_s"])
+    assert d["iteration_s_lower_bound"] == base["iteration_s_lower_bound"]  # physical: no params
 
 
 # --- bad input: exit 2, one line ----------------------------------------------------------------
