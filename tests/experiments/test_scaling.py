@@ -1,0 +1,81 @@
+"""The scaling figure without its searches: nested clusters per size, the cells of each mode,
+the honest reading of the doublings, the summary and the plot from synthetic tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.figures.scaling import Scaling, doubling_reading, first_valid_s, scaling_cluster
+from experiments.framework import Config
+
+NAN = math.nan
+
+
+def test_clusters_are_nested_and_sized():
+    small, big = scaling_cluster(64, 0), scaling_cluster(256, 0)
+    assert (small.num_devices, big.num_devices) == (64, 256)
+    assert big.nodes[:8] == small.nodes
+    assert len(small.regions) == 4 and len(big.regions) == 16  # two 8-GPU nodes per region
+    n = small.num_devices
+    assert np.array_equal(big.topology.latency_s[:n, :n], small.topology.latency_s)
+
+
+@pytest.mark.parametrize("mode,sizes", [("quick", [64, 128]), ("default", [64, 256, 1024]),
+                                        ("full", [64, 128, 256, 512, 1024])])
+def test_cells_per_mode(mode, sizes):
+    cells = Scaling().cells(Config(mode, seeds=2))
+    assert sorted({c["gpus"] for c in cells}) == sizes
+    assert {c["scheduler"] for c in cells} == {"hetrl", "verl"}
+    assert len(cells) == len(sizes) * 2 * 2
+    assert len({c["seconds"] for c in cells}) == 1  # one time budget for every size
+    assert json.loads(json.dumps(cells)) == cells  # cached by their JSON
+
+
+def test_doubling_reading():
+    assert doubling_reading([64, 128, 256], [10.0, 5.0, 4.0]) == "faster at every doubling"
+    assert doubling_reading([64, 128, 256], [10.0, 5.0, 6.0]).startswith(
+        "slower at 128 -> 256 GPUs: the larger cluster holds every plan")
+    assert doubling_reading([64, 128], [10.0, 10.05]) == "no faster (within 1%) at 64 -> 128 GPUs"
+    assert doubling_reading([64, 128], [10.0, NAN]).startswith("slower at 64 -> 128")
+    assert doubling_reading([64, 128], [NAN, 5.0]) == "faster at every doubling"
+    assert doubling_reading([64], [3.0]) == "one size only"
+
+
+def test_first_valid_plan_from_the_history():
+    assert first_valid_s([(0.5, 1, math.inf), (1.5, 7, 30.0), (2.0, 9, 20.0)]) == 1.5
+    assert math.isnan(first_valid_s([(0.5, 1, math.inf)]))
+
+
+def table() -> pd.DataFrame:
+    rows = []
+    for gpus, hetrl, verl, evals in ((64, 20.0, 50.0, 4000), (128, 12.0, 60.0, 3000),
+                                     (256, 14.0, 80.0, 1500)):
+        for s, it in (("hetrl", hetrl), ("verl", verl)):
+            bound, model = 64.0 / gpus, 256.0 / gpus
+            rows.append({"gpus": gpus, "workload": "qwen3-8b-ppo-sync", "batch_prompts": 32,
+                         "scheduler": s, "seconds": 3.0, "seed": 0, "lower_bound_s": bound,
+                         "model_bound_s": model, "search_s": 3.0, "evaluations": evals,
+                         "first_valid_s": 0.5, "iteration_s": it, "gpus_used": 16,
+                         "fraction_of_bound": bound / it, "fraction_of_model_bound": model / it})
+    return pd.DataFrame(rows)
+
+
+def test_summary_reads_the_table():
+    rows = Scaling().summary(table())
+    assert rows[0]["ours"] == "64: 20.0 s, 128: 12.0 s, 256: 14.0 s"
+    assert rows[0]["reading"].startswith("slower at 128 -> 256 GPUs")
+    # 256 GPUs: cost-model bound 1 s, physical 0.25 s, plan 14 s
+    assert rows[1]["ours"] == "after 0.5 s, 1,500 evaluations, 0.07 / 0.02"
+    assert rows[2]["ours"] == "5.71x" and rows[2]["reading"] == "HetRL faster"
+
+
+def test_plot_draws(tmp_path):
+    Scaling().plot(table(), tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").stat().st_size > 10_000
+    Scaling().plot(pd.DataFrame(), tmp_path / "empty.png")
+    assert (tmp_path / "empty.png").exists()
