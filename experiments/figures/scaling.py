@@ -62,7 +62,7 @@ class Scaling(Figure):
 
     def cells(self, config: Config) -> list[dict[str, Any]]:
         sizes = config.pick((64, 128), (64, 256, 1024), (64, 128, 256, 512, 1024))
-        seconds = config.pick(3.0, 40.0, 120.0)
+        seconds = config.pick(3.0, 30.0, 120.0)
         return [{"gpus": n, "workload": "qwen3-8b-ppo-sync", "batch_prompts": batch_for(config),
                  "scheduler": s, "seconds": seconds, "seed": seed}
                 for n in sizes for s in SCHEDULERS for seed in range(config.seeds)]
