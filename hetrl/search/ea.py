@@ -760,7 +760,8 @@ class Arm:
     def _count_polish(self) -> int:
         size = self.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
-        return (sum(options.values()) + int(self.type_blocks)
+        quick = sum(len(self.layout_options[t]) for t in size) if self.options.quick_sweep else 0
+        return (quick + sum(options.values()) + int(self.type_blocks)
                 + sum(self.split_cost(tasks) for tasks in self._splits()))
 
     def split_cost(self, tasks: tuple[str, ...]) -> int:
@@ -868,6 +869,16 @@ class Arm:
         evaluation, so a pass can stop at a cap and resume later."""
         for pass_ in range(max_passes):
             start = current()[0]
+            if pass_ == 0 and self.options.quick_sweep:
+                # first, each task's full-group layouts in turn (cheap: the full-group layouts
+                # of every task, summed), so that a pass cut short by a small budget has tuned
+                # every task before the costly splits
+                for t in [t for t, _ in current()[1].layouts]:
+                    base = current()[1]
+                    for lay in self.layout_options[t]:
+                        if (lay, 0) != (base.layout(t), base.offset(t)):
+                            trial(base.with_layout(t, lay).with_offset(t, 0))
+                            yield
             if pass_ == 0:
                 base = current()[1]
                 if self.type_blocks:  # the splits start from GPUs in blocks of one type

@@ -104,8 +104,10 @@ class SHAOptions:
     #: the fastest GPU type, only the best-connected region, verl's, verl-async's and
     #: StreamRL's pool structures), tuned and kept as a floor; False is the ablation
     warm_start: bool = True
-    #: share of the evaluation budget the warm start may use (its screening and tuning)
+    #: share of the evaluation budget the warm start may use (pricing its starts, tuning)
     warm_fraction: float = 0.25
+    #: how many of the best-priced warm arms are tuned (coordinate descent over layouts)
+    warm_tuned: int = 3
     #: price every task grouping's structured first individual before any EA step, and let
     #: the best-priced groupings (not a random subset) enter the halving when the budget
     #: cannot afford them all
@@ -140,6 +142,9 @@ class SHAOptions:
     # --- the polish (coordinate descent on levels 4-5) ---
     #: polish the finalists (coordinate descent; see docs/search.md)
     polish: bool = True
+    #: a polish pass begins with one sweep over each task's full-group layouts (cheap), so a
+    #: pass cut short by a small budget has tuned every task before the costly splits
+    quick_sweep: bool = True
     #: the polish's pair splits: from how many of the best split mixes one sweep starts
     split_starts: int = 2
     #: greedy sweeps over the other tasks' options from each split start
@@ -167,7 +172,7 @@ class SHAOptions:
         for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub"):
             _fraction(f"hetrl option {name}", getattr(self, name))
         _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
-        for name, low in (("population", 2), ("split_starts", 1), ("split_sweeps", 0),
+        for name, low in (("population", 2), ("warm_tuned", 0), ("split_starts", 1), ("split_sweeps", 0),
                           ("split_turns", 2), ("kick_moves", 0), ("stall_steps", 0),
                           ("polish_chunks", 1)):
             value = getattr(self, name)

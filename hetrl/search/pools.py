@@ -12,7 +12,7 @@ are skipped (a user would move on from one that does not run).
 ``verl-async``: generation and everything else in two pools, sized by the same belief.
 
 ``streamrl`` (async; Zhong et al. 2025): disaggregated -- generation in one pool, all other tasks
-in another, each pool homogeneous (one GPU type) and inside one region (a data centre); it
+in another, each pool homogeneous (one GPU type) and inside one data centre (a region's zone); it
 profiles the real hardware, so pool choice, pool sizes (whole nodes) and layouts are chosen with
 the true cost model. Only the two-pool structure restricts it.
 """
@@ -76,15 +76,17 @@ def verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[lis
 
 def streamrl_pools(workload: WorkloadSpec, cluster: ClusterSpec
                    ) -> list[tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]]:
-    """StreamRL's pool structures: generation on whole nodes of one (GPU type, region) class,
-    every other task on whole nodes of another class (or of the same class, the rest of its
-    nodes), largest pools first (if the budget is short, it goes to the most capable ones)."""
-    classes: dict[tuple[str, str], list[tuple[int, ...]]] = {}
+    """StreamRL's pool structures: generation on whole nodes of one (GPU type, data centre)
+    class, every other task on whole nodes of another class (or of the same class, the rest of
+    its nodes), largest pools first (if the budget is short, it goes to the most capable ones).
+    A data centre is a (region, zone) pair (docs/baselines.md: each of StreamRL's two stages
+    runs on one GPU type inside one data centre; the stages may be in different ones)."""
+    classes: dict[tuple[str, str, str], list[tuple[int, ...]]] = {}
     start = 0
     for node in cluster.nodes:
         ids = tuple(range(start, start + node.count))
         start += node.count
-        classes.setdefault((node.gpu, node.region), []).append(ids)
+        classes.setdefault((node.gpu, node.region, node.zone), []).append(ids)
     gen_tasks = ("actor_generation",)
     rest = tuple(t for t in workload.task_names if t not in gen_tasks)
     candidates = []

@@ -82,12 +82,12 @@ class _Level1:
         return min(a.best for a in self.arms)
 
 
-def choose_finalists(alive: list[_Level1], level1: list[_Level1], colocated: bool = True,
+def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool = True,
                      count: int = 3, warm: list[Arm] = ()) -> list[Arm]:
     """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
     best warm-start arm (our addition: the floor the search must not lose to goes on being
-    searched), and (``colocated``, our addition) the best arm of the all-co-located grouping
-    even if the halving dropped it. With part-of-group layouts its plans include any
+    searched), and (``colocated``, our addition) the best of ``together``, the all-co-located
+    grouping's arms on all the GPUs, even if the halving dropped it. With part-of-group layouts its plans include any
     side-by-side split of independent tasks, which the polish explores and the EA alone rarely
     reaches, so the loss the halving ranks it by (the EA's) understates it (docs/search.md);
     it comes first."""
@@ -95,9 +95,8 @@ def choose_finalists(alive: list[_Level1], level1: list[_Level1], colocated: boo
     best_warm = min(warm, key=lambda a: a.best, default=None)
     if best_warm is not None and best_warm not in out and math.isfinite(best_warm.best):
         out.append(best_warm)
-    together = [l1 for l1 in level1 if len(l1.grouping) == 1]
     if colocated and together:
-        best = min(together[0].arms, key=lambda a: a.best)
+        best = min(together, key=lambda a: a.best)
         if best not in out and math.isfinite(best.best):
             # first in the round robin: its polish call must not find the final phase spent
             # by the others' (measured: paper64, 25,000 evaluations, seed 7: last, its turn
@@ -268,6 +267,9 @@ class _SHABase(Scheduler):
         if opts.screening:
             self._screen(ev, level1, int(total * opts.screening_fraction), rng, info)
         alive = list(level1)
+        # the co-located grouping's arms on all the GPUs (the halving may drop them; one is a
+        # finalist all the same, see choose_finalists)
+        together = [a for a in level1[0].arms if len(a.groups) == 1 and sum(a.sizes) == n]
         spent0 = ev.evaluations
         # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
         # paper64 at 60 s, the polish's kicked passes being where its best plans come from)
@@ -279,7 +281,7 @@ class _SHABase(Scheduler):
             # evaluations, so with a small budget only some groupings enter the halving: the
             # best screened ones (without screening, a random subset with "everything
             # co-located" and "every task apart"), and every grouping a warm start tuned.
-            need = population
+            need = 2 * population
             n_arms = len(alive)
             while n_arms > 2 and budget / ((math.ceil(math.log2(n_arms)) + 1) * n_arms) < need:
                 n_arms -= 1
@@ -289,7 +291,7 @@ class _SHABase(Scheduler):
         # level-2 arms per entering grouping: as many as its first round can give a
         # population's worth each (at most 6, or ``gpu_groupings``)
         first_share = budget / rounds / max(len(alive), 1)
-        k = opts.gpu_groupings or max(1, min(6, int(first_share // (population * 2))))
+        k = opts.gpu_groupings or max(1, min(6, int(first_share // (2 * population))))
         for l1 in alive:
             self._add_sizes(l1, k, n, rng, make_arm, opts.idle_sizes)
         info["gpu_groupings"] = k
@@ -327,7 +329,7 @@ class _SHABase(Scheduler):
         # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
-        finalists = choose_finalists(alive, level1, opts.colocated_finalist, warm=warm_arms)
+        finalists = choose_finalists(alive, together, opts.colocated_finalist, warm=warm_arms)
         self._final_phase(ev, finalists, total, opts)
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
@@ -362,7 +364,8 @@ class _SHABase(Scheduler):
                 arm.step(ev)
         priced.sort(key=lambda a: a.best)
         spent = sum(len(a.starts) for a in priced)
-        for arm in priced:  # tune the best-priced first, while the warm start's budget lasts
+        # tune the best-priced first (at most ``warm_tuned`` arms), while the budget lasts
+        for arm in priced[: self.options.warm_tuned]:
             left = budget - spent
             if left <= 0 or not math.isfinite(arm.best):
                 break

@@ -538,23 +538,28 @@ class _FakeArm:
         self.best = best
 
 
-def test_finalists_keep_the_best_colocated_arm():
+def test_finalists_keep_the_best_colocated_arm_and_the_best_warm_arm():
     from hetrl.search.sha import _Level1, choose_finalists
 
     together = _Level1((("a", "b", "c"),), [_FakeArm(9.0), _FakeArm(7.0)], True)
     split = _Level1((("a",), ("b", "c")), [_FakeArm(1.0), _FakeArm(2.0), _FakeArm(3.0),
                                            _FakeArm(4.0)], True)
     alive = [split]  # the halving dropped the co-located grouping
-    out = choose_finalists(alive, [together, split])
+    out = choose_finalists(alive, together.arms)
     assert [a.best for a in out] == [7.0, 1.0, 2.0, 3.0]  # added first: its polish goes first
-    assert [a.best for a in choose_finalists(alive, [together, split], colocated=False)] == [
+    assert [a.best for a in choose_finalists(alive, together.arms, colocated=False)] == [
         1.0, 2.0, 3.0]
+    # the best warm arm joins (after the three best), unless it is among them already
+    warm = [_FakeArm(5.0), _FakeArm(6.0)]
+    assert [a.best for a in choose_finalists(alive, together.arms, warm=warm)] == [
+        7.0, 1.0, 2.0, 3.0, 5.0]
+    assert [a.best for a in choose_finalists(alive, [], warm=split.arms[1:])] == [1.0, 2.0, 3.0]
     # already among the best three: not added twice
     together.arms.append(_FakeArm(0.5))
-    assert [a.best for a in choose_finalists([together, split], [together, split])] == [
+    assert [a.best for a in choose_finalists([together, split], together.arms)] == [
         0.5, 1.0, 2.0]
     together.arms = [_FakeArm(float("inf"))]  # nothing feasible found: not kept
-    assert len(choose_finalists(alive, [together, split])) == 3
+    assert len(choose_finalists(alive, together.arms)) == 3
 
 
 class _Clock:
