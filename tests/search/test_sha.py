@@ -23,11 +23,11 @@ from hetrl.search.ea import (
     AFF_ZONE,
     Arm,
     DeviceFacts,
-    _SplitRun,
     local_search,
 )
 from hetrl.search.genome import decode
 from hetrl.search.options import SHAOptions
+from hetrl.search.polish import _SplitRun
 from hetrl.search.sha import HetRLSimpleScheduler, sample_sizes
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.presets import cluster_preset, workload_preset
@@ -363,7 +363,7 @@ def test_sub_layouts_complete_level_4(n):
 
 
 def test_offsets_are_block_aligned():
-    from hetrl.search.ea import offsets
+    from hetrl.search.polish import offsets
 
     assert list(offsets(16, 24)) == [0, 8, 16]
     assert list(offsets(8, 16)) == [0, 8]
@@ -374,8 +374,8 @@ def test_polish_splits_independent_tasks_and_only_improves(small_workload, small
     model = CostModel(small_workload, small_cluster)
     tasks = tuple(small_workload.task_names)
     arm = Arm((tasks,), (8,), model, DeviceFacts.of(model), np.random.default_rng(0))
-    assert ("reward_inference", "reference_inference") in arm._independent_sets(2)
-    assert all(("actor_generation", t) not in arm._independent_sets(2) for t in tasks)
+    assert ("reward_inference", "reference_inference") in arm.polisher._independent_sets(2)
+    assert all(("actor_generation", t) not in arm.polisher._independent_sets(2) for t in tasks)
     ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
     arm.run(ev, 8)
     before = min(f for f, _ in arm.population)
@@ -618,7 +618,7 @@ def test_type_blocked_puts_each_groups_gpus_in_blocks_of_one_type(small_workload
     node = [d.node for d in cluster.devices]
     for _ in range(20):  # random genotypes of the arm
         g = arm.random_genotype()
-        blocked = arm.type_blocked(g)
+        blocked = arm.polisher.type_blocked(g)
         for before, after in zip(g.slices(), blocked.slices(), strict=True):
             assert sorted(before) == sorted(after)
             types = [gpu[d] for d in after]
@@ -628,7 +628,7 @@ def test_type_blocked_puts_each_groups_gpus_in_blocks_of_one_type(small_workload
             nodes = [node[d] for d in after]
             node_runs = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
             assert len(node_runs) == len(set(node_runs))  # a node's GPUs together
-        assert arm.type_blocked(blocked) == blocked  # already in blocks: unchanged
+        assert arm.polisher.type_blocked(blocked) == blocked  # already in blocks: unchanged
 
 
 def test_a_pair_split_starts_from_a_guess_that_fits(small_workload, small_cluster):
@@ -640,7 +640,7 @@ def test_a_pair_split_starts_from_a_guess_that_fits(small_workload, small_cluste
                 if small_workload.task(t).kind == "training")
     room = min(arm.facts.memory) * 0.9 * arm.model.params.usable_memory_fraction
     for used, options in arm.sub_by_used[task].items():
-        guess = arm._first_guess(task, options, g, 0)
+        guess = arm.polisher._first_guess(task, options, g, 0)
         assert guess in options
         window = [g.order[k % len(g.order)] for k in range(used)]
         fits = [x for x in options if arm._need(task, x) < min(
@@ -681,15 +681,15 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
 
     trio = ("reward_inference", "reference_inference", "critic_inference")
     on, off = arm(), arm(split_triples=False)
-    assert on._independent_sets(3) == [trio]
-    assert on._splits() == off._independent_sets(2) + [trio]
-    assert off._splits() == off._independent_sets(2)
+    assert on.polisher._independent_sets(3) == [trio]
+    assert on.polisher._splits() == off.polisher._independent_sets(2) + [trio]
+    assert off.polisher._splits() == off.polisher._independent_sets(2)
     # with more ways to split than its pairs together (paper64: 42 against 3 x 14), the triple
     # replaces the pairs inside it; on three 8-GPU nodes (2 against 3 x 6) it does not
     big = CostModel(wl, cluster_preset("paper64-multi-country"))
     wide = Arm((tasks,), (64,), big, DeviceFacts.of(big), np.random.default_rng(0))
-    assert wide._splits() == [("actor_training", "critic_training"), trio]
-    shapes = list(on._split_shapes(trio, 24))
+    assert wide.polisher._splits() == [("actor_training", "critic_training"), trio]
+    shapes = list(on.polisher._split_shapes(trio, 24))
     assert sorted(order for order, _, _ in shapes) == sorted([
         trio, ("reward_inference", "critic_inference", "reference_inference")])
     for _, sizes, options in shapes:
@@ -699,7 +699,8 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
 
     ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
     seen = []
-    for _ in on._split(ev, trio, 24, on.seeded_genotype(), lambda g, f: seen.append((f, g))):
+    for _ in on.polisher._split(ev, trio, 24, on.seeded_genotype(),
+                                lambda g, f: seen.append((f, g))):
         pass
     windows = [[set(decode(g, model).placement(t).device_ids) for t in trio] for _, g in seen]
     apart = [f for (f, _), w in zip(seen, windows, strict=True)
@@ -719,7 +720,7 @@ def test_a_split_mix_is_the_same_in_both_orders_and_tells_gpu_types_apart():
     model = CostModel(wl, cluster_preset("paper64-multi-country"))  # 24 + 24 + 16 GPUs
     arm = Arm((tuple(wl.task_names),), (64,), model, DeviceFacts.of(model),
               np.random.default_rng(0))
-    g = arm.type_blocked(arm.seeded_genotype())
+    g = arm.polisher.type_blocked(arm.seeded_genotype())
     types = [arm.facts.gpu[d] for d in g.order]
 
     def split(order, sizes, start):
@@ -730,9 +731,9 @@ def test_a_split_mix_is_the_same_in_both_orders_and_tells_gpu_types_apart():
         return _SplitRun((order, sizes), [], h)
 
     pair = ("actor_training", "critic_training")
-    one = arm._mix(split(pair, (40, 24), 24))
-    assert one == arm._mix(split(pair[::-1], (24, 40), 0))  # the same windows
-    assert one != arm._mix(split(pair, (40, 24), 32))  # moved by a node, over other types
+    one = arm.polisher._mix(split(pair, (40, 24), 24))
+    assert one == arm.polisher._mix(split(pair[::-1], (24, 40), 0))  # the same windows
+    assert one != arm.polisher._mix(split(pair, (40, 24), 32))  # moved by a node, over other types
     for task, size, counts in one:
         assert sum(c for _, c in counts) == size
         start = 24 if task == "actor_training" else 0
@@ -778,8 +779,8 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
         arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
                   options=SHAOptions(split_halving=halving))
         seen = []
-        for _ in arm._split(ev, pair, 24, arm.seeded_genotype(),
-                            lambda g, f: seen.append((f, g))):
+        for _ in arm.polisher._split(ev, pair, 24, arm.seeded_genotype(),
+                                     lambda g, f: seen.append((f, g))):
             pass
         # the pair's windows: (offset, GPUs used) of each task
         windows = {tuple((g.offset(t), math.prod(g.layout(t))) for t in pair) for _, g in seen}
@@ -790,10 +791,10 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
     assert len(half) < len(full)
     assert half_windows == full_windows  # every split had its first turn
     expected = set()
-    for order, ms, _ in half_arm._split_shapes(pair, 24):
-        for off in half_arm._split_offsets(ms, 24):
+    for order, ms, _ in half_arm.polisher._split_shapes(pair, 24):
+        for off in half_arm.polisher._split_offsets(ms, 24):
             at = {t: ((off + sum(ms[:i])) % 24, ms[i]) for i, t in enumerate(order)}
             expected.add(tuple(at[t] for t in pair))
     assert full_windows == expected
     for arm, seen in ((full_arm, full), (half_arm, half)):
-        assert 0.5 * len(seen) <= arm.split_cost(pair) <= 2 * len(seen)
+        assert 0.5 * len(seen) <= arm.polisher.split_cost(pair) <= 2 * len(seen)
