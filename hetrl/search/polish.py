@@ -146,18 +146,11 @@ class Polisher:
         least own bytes per GPU; ties: its own offset, then the most GPUs). A pair split moves
         two tasks onto windows where the group's other tasks may already hold their weights: on
         a crowded base the fastest splits break memory and rank last, though the sweep that
-        follows could move what crowds them (measured: paper64, a co-located arm stuck at
-        103.12 s, its critic inference's whole model on the L4s the training split wanted;
-        from the light base the same pass found 82.40 s). The sweep then gives the other tasks
-        back their best options. Used for pairs with a training task (``split_light``): training
-        keeps gradients and optimizer states besides its weights, so its windows are the ones
-        other tasks' weights fill. Not for other pairs, whose splits a light base ranks in a
-        context far from the plan's (hetero16 GRPO's inference pair: 139.11 s, where its split
-        from the base finds 137.61 s), nor in addition to the base's split (paper64: the extra
-        split slowed the passes, 25,000 evaluations, seeds 0-7: mean 87.8 s against 82.9 s).
-        Lightening only the tasks that hold over half the smallest GPU, or splitting again from
-        this base only when the base's split found nothing, kept none of paper64's gain; the
-        cost: hetero16 PPO, 20 s, 202.36 s against 198.72 s (docs/search-history.md)."""
+        follows could move what crowds them. The sweep then gives the other tasks back their
+        best options. Used for pairs with a training task (``split_light``): training keeps
+        gradients and optimizer states besides its weights, so its windows are the ones other
+        tasks' weights fill. Not for other pairs, nor in addition to the base's split (the
+        measurements: docs/search-history.md, "Light bases for pair splits")."""
         group = self.arm.groups[self.arm.group_of[tasks[0]]]
         for t, _ in g.layouts:
             if t in tasks or t not in group:
@@ -214,11 +207,8 @@ class Polisher:
         (layout, offset) options: a group's tasks are coupled through memory (a task that
         needs less leaves more KV cache to generation), so single-task moves alone miss such
         plans. A pair comes in both orders, so two shapes often hold the same windows: per
-        shape, the two starts were then often one split twice, and a split with other GPU
-        types under the tasks, a close third, was never swept (paper64, 15 s, seed 7: the
-        training pair's best split, actor training on 16 A100 + 16 L4 + 8 L40S, at 940.47 s
-        from the light base in both orders; on 24 A100 + 16 L4 at 940.54 s; the pass ended at
-        93.21 s, and at 82.40 s with mixes)."""
+        shape, the two starts were then often one split twice, and a split with other GPU types
+        under the tasks was never swept (docs/search-history.md, "Sweep starts per mix")."""
         k = len(tasks)
         splits: list[_SplitRun] = []  # one per (shape, offset)
         for order, ms, opts in self._split_shapes(tasks, n):
@@ -376,10 +366,8 @@ class Polisher:
         best_f, best = min(self.arm.population, key=lambda x: x[0])
         if self._polisher is not None and best_f < min(state[0], self._pass_from):
             # the EA found better meanwhile: the pass goes on from it (its later moves start
-            # from ``current()``). A pass resumed from its stale base stalled on paper64; one
-            # restarted from the EA's best lost the splits already done, and with short
-            # budgets (small caps, EA steps in between) never got past its first splits:
-            # 30 s, seed 0, five runs 84.66-95.99 s (mean 90.5); going on, three runs 84.66 s.
+            # from ``current()``); neither resuming from its stale base nor restarting from the
+            # EA's best did as well (docs/search-history.md, "Notes moved from the code")
             state[0], state[1] = best_f, best
         if self._polisher is None:
             self._pass_from = best_f

@@ -99,8 +99,7 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
         best = min(together, key=lambda a: a.best)
         if best not in out and math.isfinite(best.best):
             # first in the round robin: its polish call must not find the final phase spent
-            # by the others' (measured: paper64, 25,000 evaluations, seed 7: last, its turn
-            # came too late and the search ended at 145.2 s on a three-group arm; first: 119.9 s)
+            # by the others' (docs/search-history.md, "Notes moved from the code")
             out.insert(0, best)
     return out
 
@@ -248,9 +247,8 @@ class _SHABase(Scheduler):
 
         # With a time budget, the warm-up that turns seconds into evaluations runs on the
         # all-co-located grouping's arm (groupings come ordered by their number of groups), which
-        # then goes on searching: its first plans are kept, not thrown away (measured, paper64,
-        # 10 s, seed 1: a throw-away warm-up found 173.65 s at its 24th evaluation; the search
-        # ended there when the co-located arm's own start was 240.9 s)
+        # then goes on searching: its first plans are kept, not thrown away
+        # (docs/search-history.md, "Notes moved from the code")
         warm = make_arm(groupings[0], (n,)) if ev.budget.seconds is not None else None
         total = self._evaluation_budget(ev, warm)
         # every grouping starts with one arm, its GPUs split evenly (more arms are added to the
@@ -468,8 +466,7 @@ class _SHABase(Scheduler):
                     ranked = sorted(finalists, key=lambda a: a.best)
                     # the co-located arm is a finalist because its EA's loss understates it
                     # until the polish has split its tasks: it stays while its first pass runs
-                    # (measured: paper64, 60 s, seed 0: dropped after one call, at 169.4 s, the
-                    # search ended at 123.9 s on a two-group arm; see docs/search-history.md)
+                    # (docs/search-history.md, "Notes moved from the code")
                     finalists = ranked[: len(ranked) // 2] + [
                         a for a in ranked[len(ranked) // 2:]
                         if polish and len(a.groups) == 1 and a.in_first_polish]
