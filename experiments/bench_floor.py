@@ -7,7 +7,9 @@ targets; a benchmark that prints its figures, not a test).
     job's worst seed and counts the (job, seed) pairs where HetRL's estimate is above a
     baseline's.
 (b) Budget monotone in expectation: the mean over seeds of HetRL's best estimate at 250, 1,000
-    and 4,000 evaluations on ``qwen3-8b-ppo-sync @ paper64-multi-country``.
+    and 4,000 evaluations (``--budgets``) on ``qwen3-8b-ppo-sync @ paper64-multi-country``
+    (``--workload``, ``--cluster``; ``--batch-prompts`` for the figures' smaller batches): also
+    how far a budget is from convergence.
 
 Evaluation budgets only, so every number is deterministic (same seed, same plan). Searches run
 in worker processes (``--workers``, default 2). Run:
@@ -39,10 +41,14 @@ TIE_S = 1e-6
 def search(args: tuple[str, str, str, int, int, dict]) -> tuple[tuple, float, float]:
     """(the key, best estimate in seconds (inf when nothing fits), wall seconds)."""
     scheduler, workload, cluster, evals, seed, options = args
+    options = dict(options)
+    wl = workload_preset(workload)
+    if "batch_prompts" in options:
+        wl = wl.with_(batch_prompts=options.pop("batch_prompts"))
     t0 = time.perf_counter()
     try:
         r = get_scheduler(scheduler, **options).search(
-            workload_preset(workload), cluster_preset(cluster), Budget(evaluations=evals, seed=seed))
+            wl, cluster_preset(cluster), Budget(evaluations=evals, seed=seed))
         value = r.estimate.iteration_s
     except HetrlError:
         value = float("inf")
@@ -88,14 +94,16 @@ def floor(seeds: int, evals: int, workers: int, options: dict) -> int:
     return lost
 
 
-def budget(seeds: int, workers: int, options: dict) -> None:
+def budget(seeds: int, workers: int, options: dict, workload: str, cluster: str,
+           budgets: tuple[int, ...], batch_prompts: int | None) -> None:
     """Section (b)."""
-    workload, cluster = "qwen3-8b-ppo-sync", "paper64-multi-country"
-    budgets = (250, 1000, 4000)
+    if batch_prompts:
+        options = {**options, "batch_prompts": batch_prompts}
     jobs = [("hetrl", workload, cluster, e, s, options) for e in budgets for s in range(seeds)]
     t0 = time.perf_counter()
     got = run_all(jobs, workers)
-    print(f"(b) budget monotone, {workload} @ {cluster}, seeds 0-{seeds - 1} "
+    batch = f", {batch_prompts} prompts" if batch_prompts else ""
+    print(f"(b) budget monotone, {workload} @ {cluster}{batch}, seeds 0-{seeds - 1} "
           f"({time.perf_counter() - t0:.0f} s)")
     means = []
     for e in budgets:
@@ -114,12 +122,19 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=1000, help="evaluation budget of section (a)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-warm-start", action="store_true", help="HetRL without its warm start")
+    ap.add_argument("--workload", default="qwen3-8b-ppo-sync", help="section (b)'s job")
+    ap.add_argument("--cluster", default="paper64-multi-country", help="section (b)'s cluster")
+    ap.add_argument("--budgets", default="250,1000,4000",
+                    help="section (b)'s evaluation budgets, comma-separated")
+    ap.add_argument("--batch-prompts", type=int, default=None,
+                    help="section (b): prompts per iteration (the figures' default mode: 96)")
     args = ap.parse_args()
     options = {"warm_start": False} if args.no_warm_start else {}
     if args.section in ("floor", "all"):
         floor(args.seeds, args.evals, args.workers, options)
     if args.section in ("budget", "all"):
-        budget(args.seeds, args.workers, options)
+        budget(args.seeds, args.workers, options, args.workload, args.cluster,
+               tuple(int(b) for b in args.budgets.split(",")), args.batch_prompts)
 
 
 if __name__ == "__main__":
