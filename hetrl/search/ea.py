@@ -417,20 +417,20 @@ class Arm:
             self.improved_at = self.evaluations
         return f
 
-    def tune(self, ev: Evaluator, cap: int) -> None:
-        """Coordinate descent over the full-group layouts from the arm's best genotype: each
-        task in turn keeps its best layout given the others', while a sweep improves, for at
-        most ``cap`` evaluations (a sweep costs the full-group layouts of every task, summed:
-        about 90 for Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the
-        warm start on the baselines' structures, as StreamRL tunes its pools' layouts. The
-        best joins the population."""
-        if not self.population:
-            return
-        state = list(min(self.population, key=lambda x: x[0]))
+    def tune(self, ev: Evaluator, start: tuple[float, Genotype], cap: int,
+             sweeps: int = 1) -> tuple[float, Genotype, bool]:
+        """Coordinate descent over the full-group layouts from ``start`` (fitness, genotype):
+        each task in turn keeps its best layout given the others', for at most ``sweeps``
+        sweeps (stopping early once one improves nothing) and ``cap`` evaluations. A sweep
+        costs :meth:`sweep_cost` evaluations (about 90 for Qwen3-8B PPO on 64 GPUs, where a
+        polish pass costs thousands). Used by the warm start on the baselines' structures, as
+        StreamRL tunes its pools' layouts. Returns (fitness, genotype, whether the last sweep
+        improved); the result joins the population."""
+        state = [start[0], start[1]]
         stop = self.evaluations + cap
+        improved = False
         try:
-            improved = True
-            while improved and self.evaluations < stop:
+            for _ in range(sweeps):
                 improved = False
                 for t in [t for t, _ in state[1].layouts]:
                     cur = state[1].layout(t)
@@ -441,8 +441,15 @@ class Arm:
                         f = self.fitness(ev, h)
                         if f < state[0]:
                             state[0], state[1], improved = f, h, True
+                if not improved or self.evaluations >= stop:
+                    break
         finally:
             self._adopt(state)
+        return state[0], state[1], improved
+
+    def sweep_cost(self) -> int:
+        """Evaluations of one :meth:`tune` sweep: every task's full-group layouts but its own."""
+        return sum(len(opts) - 1 for opts in self.layout_options.values())
 
     def stalled(self, steps: int) -> bool:
         """Whether the arm's last ``steps`` evaluations found nothing better than its best."""

@@ -106,8 +106,9 @@ class SHAOptions:
     warm_start: bool = True
     #: share of the evaluation budget the warm start may use (pricing its starts, tuning)
     warm_fraction: float = 0.25
-    #: how many of the best-priced warm arms are tuned (coordinate descent over layouts)
-    warm_tuned: int = 3
+    #: at most this many of the best-priced warm starts are tuned (coordinate descent over
+    #: layouts, successive halving over them; fewer where the budget affords fewer sweeps)
+    warm_tuned: int = 16
     #: price every task grouping's structured first individual before any EA step, and let
     #: the best-priced groupings (not a random subset) enter the halving when the budget
     #: cannot afford them all

@@ -261,7 +261,7 @@ class _SHABase(Scheduler):
         warm_arms: list[Arm] = []
         if opts.warm_start:
             warm_arms = self._warm_start(ev, by_grouping, make_arm, int(total * opts.warm_fraction),
-                                         info)
+                                         total, info)
         if opts.screening:
             self._screen(ev, level1, int(total * opts.screening_fraction), rng, info)
         alive = list(level1)
@@ -332,7 +332,7 @@ class _SHABase(Scheduler):
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
     def _warm_start(self, ev: Evaluator, by_grouping: dict, make_arm, budget: int,
-                    info: dict[str, Any]) -> list[Arm]:
+                    total: int, info: dict[str, Any]) -> list[Arm]:
         """The warm start (hetrl/search/warm.py): each start, as many as half of ``budget``
         affords, becomes the first individual of the arm of its grouping and sizes (made if
         new) and is priced; then the best-priced arms are tuned (:meth:`Arm.tune`) in turn
@@ -360,20 +360,45 @@ class _SHABase(Scheduler):
         for arm in priced:  # the starts, one evaluation each
             while len(arm.population) < len(arm.starts):
                 arm.step(ev)
-        priced.sort(key=lambda a: a.best)
         spent = sum(len(a.starts) for a in priced)
-        # tune the best-priced first (at most ``warm_tuned`` arms), while the budget lasts
-        for arm in priced[: self.options.warm_tuned]:
-            left = budget - spent
-            if left <= 0 or not math.isfinite(arm.best):
-                break
-            before = arm.evaluations
-            arm.tune(ev, left)
-            spent += arm.evaluations - before
+        # at small budgets the warm start may take up to half of the whole budget, enough to
+        # tune four starts a sweep each: there, the halving's first rounds are noise, and a
+        # start tuned is the plan a baseline would have found
+        runs = [a for a in priced if math.isfinite(a.best)]
+        four = 4 * sum(a.sweep_cost() for a in runs) / max(len(runs), 1)
+        self._tune_starts(ev, priced, max(budget - spent, min(total / 2 - spent, four)))
         priced.sort(key=lambda a: a.best)
         info["warm_starts"] = len(candidates)
         info["warm_best"] = priced[0].best if priced else None
         return priced
+
+    def _tune_starts(self, ev: Evaluator, arms: list[Arm], budget: int) -> None:
+        """Successive halving over the priced warm starts, one :meth:`Arm.tune` sweep as the
+        resource: the best-priced starts, as many as ``budget`` affords a sweep each (at most
+        ``warm_tuned``), each get a sweep; the better half (of those whose
+        sweep still improved) gets another, and so on while ``budget`` lasts. A start's price
+        before tuning ranks it only roughly (its layouts are a rule of thumb), so several are
+        tuned a little before one is tuned to the end."""
+        runs = sorted(((f, i, g, arm) for arm in arms
+                       for i, (f, g) in enumerate(arm.population[: len(arm.starts)])
+                       if math.isfinite(f)), key=lambda r: (r[0], r[1]))
+        if not runs or budget <= 0:
+            return
+        cost = max(sum(r[3].sweep_cost() for r in runs) / len(runs), 1.0)
+        k = int(min(len(runs), self.options.warm_tuned, max(budget // cost, 1)))
+        alive = [[f, g, arm] for f, _, g, arm in runs[:k]]
+        while alive and budget > 0:
+            going = []
+            for run in alive:
+                if budget <= 0:
+                    break
+                before = run[2].evaluations
+                run[0], run[1], improved = run[2].tune(ev, (run[0], run[1]), int(budget))
+                budget -= run[2].evaluations - before
+                if improved:
+                    going.append(run)
+            going.sort(key=lambda r: r[0])
+            alive = going[: max(1, len(going) // 2)] if len(going) > 1 else going
 
     @staticmethod
     def _screen(ev: Evaluator, level1: list[_Level1], budget: int, rng: np.random.Generator,

@@ -11,7 +11,8 @@ true cost model (:meth:`hetrl.search.ea.Arm.tune`). The starts:
 - ``types``: every task on the GPUs of one GPU type, then of the k fastest types (peak bf16
   FLOP/s), the rest idle -- "only the fastest GPU type";
 - ``region``: every task on one region's GPUs (its edge nodes left out), for the regions with
-  the most peak FLOP/s -- "only the best-connected region";
+  the most peak FLOP/s -- "only the best-connected region" -- and on that region grown by the
+  best-connected regions to 2, 4, 8, ... regions (:func:`region_sets`);
 - ``verl`` / ``verl-async``: verl's pool structures (the actor's tasks on the first k nodes in
   id order, the rest on the others; generation alone in the async mode) as
   :func:`hetrl.search.pools.verl_pools` makes them;
@@ -29,6 +30,7 @@ tuned (the floor in the benchmark experiments/bench_floor.py checks this).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hetrl.search.pools import streamrl_pools, verl_pools
@@ -74,6 +76,35 @@ def from_pools(name: str, workload: WorkloadSpec, cluster: ClusterSpec,
                  tuple(used + idle))
 
 
+def region_sets(cluster: ClusterSpec) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, regions) of the region starts: from each of the ``MAX_REGION_STARTS`` regions
+    with the most peak FLOP/s (edge nodes left out), that region alone, then grown one region
+    at a time by the best link to the set (least latency, then most bandwidth), taking the sets
+    of 2, 4, 8, ... regions short of all of them. None on a one-region cluster without edges."""
+    devices = cluster.devices
+    if len(cluster.regions) == 1 and not any(d.edge for d in devices):
+        return []
+    power: dict[str, float] = {}
+    for d in devices:
+        if not d.edge:
+            power[d.region] = power.get(d.region, 0.0) + d.gpu.flops
+    link: dict[tuple[str, str], tuple[float, float]] = {}
+    for rl in cluster.region_links:
+        link[(rl.a, rl.b)] = link[(rl.b, rl.a)] = (rl.latency_ms, -rl.bandwidth_gbps)
+    out = []
+    for seed in sorted(power, key=lambda r: (-power[r], r))[:MAX_REGION_STARTS]:
+        chosen = [seed]
+        out.append((f"region {seed}", (seed,)))
+        while len(chosen) < len(power) - 1:
+            rest = [r for r in power if r not in chosen]
+            nxt = min(rest, key=lambda r: (min(link.get((c, r), (math.inf, 0.0))
+                                               for c in chosen), r))
+            chosen.append(nxt)
+            if len(chosen) & (len(chosen) - 1) == 0:  # a power of two
+                out.append((f"regions {seed}+{len(chosen) - 1}", tuple(chosen)))
+    return out
+
+
 def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
     """Every warm start for this job and cluster, duplicates (same groups on the same GPU
     sets) removed, in the order listed in the module's docstring."""
@@ -91,15 +122,11 @@ def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
         ids = tuple(d.id for d in devices if d.gpu.name in keep)
         name = "types " + "+".join(t for t in types if t in keep)
         out.append(from_pools(name, workload, cluster, [(tasks, ids)]))
-    # single regions (without their edge nodes), the most peak FLOP/s first
-    if len(cluster.regions) > 1 or any(d.edge for d in devices):
-        power: dict[str, float] = {}
-        for d in devices:
-            if not d.edge:
-                power[d.region] = power.get(d.region, 0.0) + d.gpu.flops
-        for region in sorted(power, key=lambda r: (-power[r], r))[:MAX_REGION_STARTS]:
-            ids = tuple(d.id for d in devices if d.region == region and not d.edge)
-            out.append(from_pools(f"region {region}", workload, cluster, [(tasks, ids)]))
+    # single regions and the best-connected groups of regions (without edge nodes)
+    for name, regions in region_sets(cluster):
+        keep = set(regions)
+        ids = tuple(d.id for d in devices if d.region in keep and not d.edge)
+        out.append(from_pools(name, workload, cluster, [(tasks, ids)]))
     # the pool families interleaved, each in its own order (largest pools first)
     node = max(n.count for n in cluster.nodes)
     families = [("verl", verl_pools(workload, cluster.num_devices, node, "sync")),
