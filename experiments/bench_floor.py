@@ -24,6 +24,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import ast  # noqa: E402
 import multiprocessing  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -122,6 +123,8 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=1000, help="evaluation budget of section (a)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-warm-start", action="store_true", help="HetRL without its warm start")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a HetRL option (a Python literal value), e.g. p_sub=0.0; repeatable")
     ap.add_argument("--workload", default="qwen3-8b-ppo-sync", help="section (b)'s job")
     ap.add_argument("--cluster", default="paper64-multi-country", help="section (b)'s cluster")
     ap.add_argument("--budgets", default="250,1000,4000",
@@ -130,6 +133,9 @@ def main() -> None:
                     help="section (b): prompts per iteration (the figures' default mode: 96)")
     args = ap.parse_args()
     options = {"warm_start": False} if args.no_warm_start else {}
+    for item in args.option:
+        name, _, value = item.partition("=")
+        options[name] = ast.literal_eval(value)
     if args.section in ("floor", "all"):
         floor(args.seeds, args.evals, args.workers, options)
     if args.section in ("budget", "all"):

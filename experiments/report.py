@@ -30,6 +30,16 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "",
         *budget_table(registry, config),
         "",
+        "How converged these budgets are: the default mode's 3,000 evaluations per search are "
+        "what fits 15 minutes on 2 cores, not convergence. On the default batch (96 prompts) a "
+        "search ten times longer (30,000 evaluations) finds plans 8-47% faster depending on the "
+        "job (docs/search.md, \"Budgets and convergence\", with the command that measures it); "
+        "`--full` searches 30,000. Every system gets the same budget, and HetRL's warm start "
+        "makes it at least as good as the pool baselines at any budget from 1,000 evaluations "
+        "on (experiments/bench_floor.py). The ratios below are therefore taken at a budget "
+        "where HetRL is still improving; the baselines' own searches mostly settle early (on "
+        "paper64-single-region StreamRL's best plan is its 311th evaluation).",
+        "",
     ]
     for name, fig in registry.items():
         table = tables.get(name)
