@@ -184,7 +184,7 @@ def test_device_sets_are_all_priced_without_node_symmetry(monkeypatch):
     ilp.candidates(CostModel(wl, cl), reuse_symmetric=False)
     every_set = len(priced)
     priced.clear()
-    monkeypatch.setattr(ilp, "node_symmetry", lambda cluster: None)
+    monkeypatch.setattr(ilp.data, "node_symmetry", lambda cluster: None)
     ilp.candidates(CostModel(wl, cl))
     assert symmetric < every_set == len(priced)
 
