@@ -418,21 +418,22 @@ class Arm:
         return f
 
     def tune(self, ev: Evaluator, start: tuple[float, Genotype], cap: int,
-             sweeps: int = 1) -> tuple[float, Genotype, bool]:
+             sweeps: int = 1, tasks: tuple[str, ...] | None = None
+             ) -> tuple[float, Genotype, bool]:
         """Coordinate descent over the full-group layouts from ``start`` (fitness, genotype):
-        each task in turn keeps its best layout given the others', for at most ``sweeps``
-        sweeps (stopping early once one improves nothing) and ``cap`` evaluations. A sweep
-        costs :meth:`sweep_cost` evaluations (about 90 for Qwen3-8B PPO on 64 GPUs, where a
-        polish pass costs thousands). Used by the warm start on the baselines' structures, as
-        StreamRL tunes its pools' layouts. Returns (fitness, genotype, whether the last sweep
-        improved); the result joins the population."""
+        each task (of ``tasks``, default all) in turn keeps its best layout given the others',
+        for at most ``sweeps`` sweeps (stopping early once one improves nothing) and ``cap``
+        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (about 90 for
+        Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the warm start
+        on the baselines' structures, as StreamRL tunes its pools' layouts. Returns (fitness,
+        genotype, whether the last sweep improved); the result joins the population."""
         state = [start[0], start[1]]
         stop = self.evaluations + cap
         improved = False
         try:
             for _ in range(sweeps):
                 improved = False
-                for t in [t for t, _ in state[1].layouts]:
+                for t in tasks or [t for t, _ in state[1].layouts]:
                     cur = state[1].layout(t)
                     for lay in self.layout_options[t]:
                         if lay == cur or self.evaluations >= stop:
@@ -447,9 +448,11 @@ class Arm:
             self._adopt(state)
         return state[0], state[1], improved
 
-    def sweep_cost(self) -> int:
-        """Evaluations of one :meth:`tune` sweep: every task's full-group layouts but its own."""
-        return sum(len(opts) - 1 for opts in self.layout_options.values())
+    def sweep_cost(self, tasks: tuple[str, ...] | None = None) -> int:
+        """Evaluations of one :meth:`tune` sweep: every task's (of ``tasks``) full-group
+        layouts but its own."""
+        return sum(len(opts) - 1 for t, opts in self.layout_options.items()
+                   if tasks is None or t in tasks)
 
     def stalled(self, steps: int) -> bool:
         """Whether the arm's last ``steps`` evaluations found nothing better than its best."""

@@ -4,21 +4,27 @@
 Budget E evaluations (a time budget is turned into evaluations by timing a warm-up on the
 all-co-located grouping's arm, which keeps what it found, and each round after the first is
 replanned from the rate the last one measured; with both a time and an evaluation budget, E is
-the smaller). Level 1 runs R1 = ceil(log2 |groupings|) + 1 rounds of E / R1 evaluations each,
-split evenly over the surviving task groupings; after each round the worse half (by the best
-cost found) is dropped, so the budget per survivor doubles. Inside a round, each task grouping
-runs the same halving over its GPU-group sizes with its share, and at the next level-1 round
-keeps the best half of them. The rounds share half the budget; the rest (``exploit_fraction``,
-and any rounding left-over) goes to the EAs of the three best arms and of the best
-all-co-located arm, round robin (our addition: one noisy early winner is not trusted with
-everything, and the co-located arm's worth shows only under the polish; it goes first), each
-polished (``Arm.polish``, our addition) whenever its best has changed, at most a third of the
-budget per call, a pass stopped there resuming at the arm's next turn; after each turn of the
-round robin the worse half of the finalists is dropped (the halving goes on once each has shown
-its polished worth; the co-located arm not before its first pass has finished).
+the smaller). Before the halving (our additions): the warm start prices the structures of the
+cheap heuristics the space contains and tunes the best of them (hetrl/search/warm.py), so the
+search never loses to those plans; screening prices every task grouping once, so the
+groupings that enter the halving when E cannot afford them all are the best-priced ones.
+Level 1 runs R1 = ceil(log2 |groupings|) + 1 rounds of equal budget, split evenly over the
+surviving task groupings; after each round the worse half (by the best cost found) is
+dropped, so the budget per survivor doubles. Inside a round, each task grouping runs the same
+halving over its GPU-group sizes with its share, and at the next level-1 round keeps the best
+half of them. The rounds share half of what is left; the rest (``exploit_fraction``, and any
+rounding left-over) goes to the EAs of the three best arms, the best warm arm and the best
+all-co-located arm on all GPUs, round robin (our addition: one noisy early winner is not
+trusted with everything, and the co-located arm's worth shows only under the polish; it goes
+first), each polished (hetrl/search/polish.py) whenever its best has changed, at most a third
+of the budget per call, a pass stopped there resuming at the arm's next turn; after each turn
+of the round robin the worse half of the finalists is dropped (the co-located arm not before
+its first pass has finished).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
+
+Options: :class:`hetrl.search.options.SHAOptions`.
 """
 
 from __future__ import annotations
@@ -335,8 +341,9 @@ class _SHABase(Scheduler):
                     total: int, info: dict[str, Any]) -> list[Arm]:
         """The warm start (hetrl/search/warm.py): each start, as many as half of ``budget``
         affords, becomes the first individual of the arm of its grouping and sizes (made if
-        new) and is priced; then the best-priced arms are tuned (:meth:`Arm.tune`) in turn
-        with the rest of ``budget``. Returns the warm arms, best first."""
+        new) and is priced; then the best-priced starts are tuned (:meth:`_tune_starts`) with
+        the rest of ``budget`` (at small budgets, up to half of ``total``). Returns the warm
+        arms, best first."""
         from hetrl.search.warm import starts
 
         priced: list[Arm] = []
@@ -373,32 +380,38 @@ class _SHABase(Scheduler):
         return priced
 
     def _tune_starts(self, ev: Evaluator, arms: list[Arm], budget: int) -> None:
-        """Successive halving over the priced warm starts, one :meth:`Arm.tune` sweep as the
-        resource: the best-priced starts, as many as ``budget`` affords a sweep each (at most
-        ``warm_tuned``), each get a sweep; the better half (of those whose
-        sweep still improved) gets another, and so on while ``budget`` lasts. A start's price
-        before tuning ranks it only roughly (its layouts are a rule of thumb), so several are
-        tuned a little before one is tuned to the end."""
+        """Successive halving over the priced warm starts. A start's price ranks it only
+        roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
+        best tensor-parallel width depends on the KV room; on paper64-single-region, GRPO async,
+        96 prompts, StreamRL's structure priced 32.56 s, 17th, and tuned to 15.64 s, the
+        best). So first, as many of the best-priced starts as half of ``budget`` affords
+        (at most ``warm_tuned``) tune generation's layout alone (:meth:`Arm.tune` over one
+        task); then the better half of them gets a sweep over every task, the better half of
+        those still improving another, and so on while ``budget`` lasts."""
         runs = sorted(((f, i, g, arm) for arm in arms
                        for i, (f, g) in enumerate(arm.population[: len(arm.starts)])
                        if math.isfinite(f)), key=lambda r: (r[0], r[1]))
         if not runs or budget <= 0:
             return
-        cost = max(sum(r[3].sweep_cost() for r in runs) / len(runs), 1.0)
-        k = int(min(len(runs), self.options.warm_tuned, max(budget // cost, 1)))
+        first = tuple(t.name for t in ev.workload.tasks if t.kind == "generation")
+        step = max(sum(r[3].sweep_cost(first) for r in runs) / len(runs), 1.0)
+        k = int(min(len(runs), self.options.warm_tuned, max(budget / 2 // step, 1)))
         alive = [[f, g, arm] for f, _, g, arm in runs[:k]]
+        tasks: tuple[str, ...] | None = first or None
         while alive and budget > 0:
             going = []
             for run in alive:
                 if budget <= 0:
                     break
                 before = run[2].evaluations
-                run[0], run[1], improved = run[2].tune(ev, (run[0], run[1]), int(budget))
+                run[0], run[1], improved = run[2].tune(ev, (run[0], run[1]), int(budget),
+                                                       tasks=tasks)
                 budget -= run[2].evaluations - before
-                if improved:
+                if improved or tasks is not None:
                     going.append(run)
             going.sort(key=lambda r: r[0])
             alive = going[: max(1, len(going) // 2)] if len(going) > 1 else going
+            tasks = None  # after generation's step: sweeps over every task
 
     @staticmethod
     def _screen(ev: Evaluator, level1: list[_Level1], budget: int, rng: np.random.Generator,
