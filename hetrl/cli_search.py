@@ -41,6 +41,30 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     _json_flag(p)
 
 
+_FLAGS = {"load_balance": ("--no-load-balance", "it has no load balancer"),
+          "warm_start": ("--no-warm-start", "it has no warm start")}
+
+
+def _check_flags(name: str, options: dict) -> None:
+    """An ablation flag given to a scheduler without that option: one line naming both."""
+    import dataclasses
+
+    from hetrl.errors import OptionError
+    from hetrl.search import SCHEDULERS, load_all
+
+    load_all()
+    cls = SCHEDULERS.get(name)
+    if cls is None or cls.Options is None:
+        return  # an unknown scheduler is reported by get_scheduler
+    fields = {f.name for f in dataclasses.fields(cls.Options)}
+    for key in options:
+        if key not in fields:
+            flag, why = _FLAGS[key]
+            takes = sorted(n for n, c in SCHEDULERS.items() if c.Options is not None
+                           and key in {f.name for f in dataclasses.fields(c.Options)})
+            raise OptionError(flag, name, f"{why}; schedulers that take {flag}: {', '.join(takes)}")
+
+
 @command("plan", "search an execution plan with a scheduler", _plan_args)
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
@@ -55,6 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options["load_balance"] = False
     if args.no_warm_start:
         options["warm_start"] = False
+    _check_flags(args.scheduler, options)
     scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster), **options)
     result = scheduler.search(workload, cluster, budget)
     save_plan(result.plan, args.out)

@@ -122,3 +122,25 @@ def test_the_library_budget_names_its_fields():
         Budget(evaluations=0)
     with pytest.raises(SpecError, match=r"^budget\.seconds = -1: must be > 0"):
         Budget(seconds=-1)
+
+
+@pytest.mark.parametrize("scheduler, flag, fragment", [
+    ("verl", "--no-load-balance", "no load balancer"),
+    ("streamrl", "--no-load-balance", "no load balancer"),
+    ("deap", "--no-warm-start", "no warm start"),
+])
+def test_an_ablation_flag_the_scheduler_lacks_is_one_line(capsys, tmp_path, scheduler, flag,
+                                                          fragment):
+    code, _, err = run(capsys, "plan", "-w", "qwen3-4b-grpo-sync", "-c", "hetero16-two-region",
+                       "-s", scheduler, flag, "--budget-evals", 20, "-o", tmp_path / "p.json")
+    line = assert_user_error(code, err, flag, scheduler, fragment, "hetrl")
+    assert not (tmp_path / "p.json").exists()
+    assert "hetrl-simple" in line  # names the schedulers that take it
+
+
+def test_no_warm_start_reaches_the_search(capsys, tmp_path):
+    code, out, err = run(capsys, "plan", "-w", "qwen3-4b-grpo-sync", "-c", "hetero16-two-region",
+                         "--no-warm-start", "--budget-evals", 100, "-o", tmp_path / "p.json",
+                         "--json")
+    assert code == 0, err
+    assert "warm_starts" not in json.loads(out)
