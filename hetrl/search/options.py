@@ -108,7 +108,7 @@ class SHAOptions:
     warm_fraction: float = 0.25
     #: at most this many of the best-priced warm starts are tuned (coordinate descent over
     #: layouts, successive halving over them; fewer where the budget affords fewer sweeps)
-    warm_tuned: int = 16
+    warm_tuned: int = 8
     #: price every task grouping's structured first individual before any EA step, and let
     #: the best-priced groupings (not a random subset) enter the halving when the budget
     #: cannot afford them all
@@ -173,7 +173,8 @@ class SHAOptions:
         for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub"):
             _fraction(f"hetrl option {name}", getattr(self, name))
         _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
-        for name, low in (("population", 2), ("warm_tuned", 0), ("split_starts", 1), ("split_sweeps", 0),
+        for name, low in (("population", 2), ("warm_tuned", 0), ("split_starts", 1),
+                          ("split_sweeps", 0),
                           ("split_turns", 2), ("kick_moves", 0), ("stall_steps", 0),
                           ("polish_chunks", 1)):
             value = getattr(self, name)

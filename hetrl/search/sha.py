@@ -384,19 +384,20 @@ class _SHABase(Scheduler):
         roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
         best tensor-parallel width depends on the KV room; on paper64-single-region, GRPO async,
         96 prompts, StreamRL's structure priced 32.56 s, 17th, and tuned to 15.64 s, the
-        best). So first, as many of the best-priced starts as half of ``budget`` affords
-        (at most ``warm_tuned``) tune generation's layout alone (:meth:`Arm.tune` over one
-        task); then the better half of them gets a sweep over every task, the better half of
-        those still improving another, and so on while ``budget`` lasts."""
+        best). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
+        (:meth:`Arm.tune` over one task); then the better half of them gets a sweep over every
+        task, the better half of those still improving another, and so on while ``budget``
+        lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
+        so more budget never ends the warm start worse."""
         runs = sorted(((f, i, g, arm) for arm in arms
                        for i, (f, g) in enumerate(arm.population[: len(arm.starts)])
                        if math.isfinite(f)), key=lambda r: (r[0], r[1]))
         if not runs or budget <= 0:
             return
         first = tuple(t.name for t in ev.workload.tasks if t.kind == "generation")
-        step = max(sum(r[3].sweep_cost(first) for r in runs) / len(runs), 1.0)
-        k = int(min(len(runs), self.options.warm_tuned, max(budget / 2 // step, 1)))
-        alive = [[f, g, arm] for f, _, g, arm in runs[:k]]
+        # the same steps in the same order whatever the budget (a smaller budget stops them
+        # sooner), so that more budget never ends the warm start worse
+        alive = [[f, g, arm] for f, _, g, arm in runs[: self.options.warm_tuned]]
         tasks: tuple[str, ...] | None = first or None
         while alive and budget > 0:
             going = []

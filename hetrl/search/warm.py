@@ -15,7 +15,8 @@ true cost model (:meth:`hetrl.search.ea.Arm.tune`). The starts:
   best-connected regions to 2, 4, 8, ... regions (:func:`region_sets`);
 - ``verl`` / ``verl-async``: verl's pool structures (the actor's tasks on the first k nodes in
   id order, the rest on the others; generation alone in the async mode) as
-  :func:`hetrl.search.pools.verl_pools` makes them;
+  :func:`hetrl.search.pools.verl_pools` makes them, on all GPUs and on the k fastest GPU types
+  alone;
 - ``streamrl``: StreamRL's two homogeneous single-region pools of whole nodes
   (:func:`hetrl.search.pools.streamrl_pools`), largest first.
 
@@ -132,6 +133,14 @@ def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
     families = [("verl", verl_pools(workload, cluster.num_devices, node, "sync")),
                 ("verl-async", verl_pools(workload, cluster.num_devices, node, "async")),
                 ("streamrl", streamrl_pools(workload, cluster))]
+    # verl's pool structures also on the k fastest GPU types alone (the rest idle): a verl user
+    # who leaves the slow GPUs out
+    for k in range(1, len(types)):
+        ids = [d.id for d in devices if d.gpu.name in set(types[:k])]
+        for mode, family in (("sync", "verl"), ("async", "verl-async")):
+            renamed = [[(tasks_, tuple(ids[i] for i in at)) for tasks_, at in pools]
+                       for pools in verl_pools(workload, len(ids), node, mode)]
+            families.append((f"{family} on types<={types[k - 1]}", renamed))
     for i in range(MAX_POOL_STARTS):
         for family, pools in families:
             if i < len(pools):
