@@ -337,7 +337,7 @@ def test_staged_solve_hands_an_open_phased_solve_to_the_monolithic_model():
     cands = prune_dominated(candidates(model))
     stages = stages_of(wl)
     whole = solve(model, cands, 120, None, 0, 1)
-    opened = solve_phased(model, cands, stages, 0.0, None, 0, 1)
+    opened = solve_phased(model, cands, stages, 0.0, None, 0, 1, kicks=0)
     assert opened["status"] == "FEASIBLE" and opened["incumbent"] == "hint or greedy"
     assert opened["bound_s"] <= whole["objective_s"] <= opened["objective_s"]
     staged = solve_staged(model, cands, stages, 120, None, 0, 1, phased_share=0.0)

@@ -165,7 +165,7 @@ def sync_var(m, model: CostModel, cands: dict[str, list[Candidate]], x: dict[str
         train_nodes[nd] = y
     sync = m.NewIntVar(0, horizon, "sync")
     big = horizon
-    # actor training's candidates by devices and layout (a dict: 17k x 2.6k pairs on 24 GPUs)
+    # actor training's candidates by devices and layout (a dict, not a scan per pair)
     training: dict[tuple, list] = {}
     for ct, w in zip(cands["actor_training"], x["actor_training"], strict=True):
         training.setdefault(layout_key(ct), []).append(w)

@@ -55,7 +55,7 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
         start[t] = m.NewIntVar(0, horizon, f"start[{t}]")
         end[t] = m.NewIntVar(0, horizon, f"end[{t}]")
         m.Add(end[t] == start[t] + dur[t])
-    used_by = users(cands, n_dev)  # built once: 74k candidates on hetero24 PPO
+    used_by = users(cands, n_dev)  # built once: it is large
     uses = use_vars(m, x, used_by)
     per_device: dict[int, list] = {d: [] for d in range(n_dev)}
     for (t, d), u in uses.items():

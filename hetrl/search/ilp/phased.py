@@ -19,12 +19,15 @@ import time
 from typing import Any
 
 from hetrl.cost.model import CostModel
-from hetrl.errors import HetrlError
 from hetrl.plan import Plan
 from hetrl.search.ilp.data import SCALE, Candidate
+from hetrl.search.ilp.local import local_search
 from hetrl.search.ilp.model import (
     NoSolution,
     candidate_of,
+    check_nonempty,
+    chosen_of,
+    durations_ms,
     fits,
     greedy_fallback,
     memory_constraints,
@@ -35,6 +38,7 @@ from hetrl.search.ilp.model import (
     users,
 )
 from hetrl.search.ilp.monolithic import solve
+from hetrl.search.ilp.pairwise import Pairwise
 
 
 def stages_of(workload) -> tuple[tuple[str, ...], ...] | None:
@@ -164,48 +168,78 @@ def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, 
     if cutoff is not None:
         m.Add(objective <= cutoff)
     m.Minimize(objective)
+    # Search order (CP-SAT alternates it with its own): tasks with the fewest candidates first
+    # (training, generation), each task's fastest candidate first.
+    for t in sorted(cands, key=lambda t: len(cands[t])):
+        order = sorted(range(len(cands[t])), key=lambda i: ms[t][i])
+        m.AddDecisionStrategy([x[t][i] for i in order], cp_model.CHOOSE_FIRST,
+                              cp_model.SELECT_MAX_VALUE)
     return m, x
+
+
+#: CP-SAT parameters of the pattern models (measured on hetero24-two-region PPO's all-apart
+#: pattern, docs/baselines.md): one presolve round and no LP relaxation (after the pairwise
+#: bounds the LP rarely prunes, and CP-SAT's propagation alone is 2-3x faster), the search
+#: alternating with the fixed order of :func:`_pattern_model` (tasks with the fewest
+#: candidates first, fastest candidate first). One worker: two were 2.4-6.6x slower there.
+PATTERN_PARAMETERS = ("max_presolve_iterations: 1 linearization_level: 0 "
+                      "search_branching: PORTFOLIO_SEARCH")
 
 
 def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
                  stages: tuple[tuple[str, ...], ...], time_limit_s: float | None,
                  deterministic_time: float | None, seed: int, workers: int,
-                 hint: Plan | None = None, deepen: float = 1.1) -> dict[str, Any]:
+                 hint: Plan | None = None, deepen: float = 1.1,
+                 incumbents: tuple[dict[str, Candidate], ...] = (),
+                 kicks: int = 50) -> dict[str, Any]:
     """The sync ILP of a workflow with barrier stages (:func:`stages_of`), solved exactly as one
     small model per sharing pattern (which tasks of a stage share devices; 2^pairs patterns,
-    16 for PPO, 2 for GRPO). The optimum is the best pattern's. A pattern's model needs no
-    intervals, and with an incumbent U most candidates cannot be in a better plan
-    (:func:`_prune_for_pattern`), so each model is small and its LP bound tight: the
-    monolithic model (:func:`solve`) proved hetero16 PPO in 38 s and hetero24 PPO not in
-    180 s; this proves the first in seconds.
+    16 for PPO, 2 for GRPO). The optimum is the best pattern's.
 
-    Patterns are taken in the order of their lower bounds. Each is deepened: solved with the
-    cut objective <= T for T from ``deepen`` x its bound up to U - 1 (growing by ``deepen``),
-    so the first models are small; a solution found lowers U, a model proved infeasible
-    raises the pattern's bound to T + 1. A pattern is settled when its bound reaches U. A
-    first pass gives each pattern an equal share of the time left; a second gives the ones
-    left unsettled the rest. The reported bound is the least over the patterns; the status
-    OPTIMAL when every pattern is settled."""
+    The incumbent U starts as the best of ``hint``, ``incumbents`` (one candidate per task) and
+    the greedy plan that fit in memory, improved by a local search of ``kicks`` kicks
+    (:mod:`hetrl.search.ilp.local`). Then all patterns are deepened together, in rounds: T =
+    ``deepen`` x the least pattern bound (U - 1 once the next round would pass it); every
+    pattern whose bound is at most T is narrowed to the candidates a plan of objective <= T can
+    use (:func:`_prune_for_pattern`, then :class:`~hetrl.search.ilp.pairwise.Pairwise`), which
+    settles most; the others' models (objective <= T, minimised) are solved lowest narrowed
+    bound first, each with an equal share of the time left and a second chance for those out of
+    time. A solution lowers U (and every later target); a model proved infeasible raises the
+    pattern's bound to T + 1. A pattern is settled when its bound reaches U. The reported bound
+    is the least over the patterns; the status OPTIMAL when every pattern is settled.
+
+    ``workers`` is unused (the pattern models run on one worker, see
+    :data:`PATTERN_PARAMETERS`). Returns the chosen candidates, status, objective and bound (s),
+    wall time (s), the number of candidates, of patterns and of CP-SAT models solved, each
+    pattern's bound (s) and whether it is settled, and where the incumbent came from ("solver",
+    "local search" or "hint or greedy")."""
     from ortools.sat.python import cp_model
 
     clock = time.perf_counter()
-    ms = {t: [int(round(c.seconds * SCALE)) for c in cs] for t, cs in cands.items()}
-    for t, cs in cands.items():
-        if not cs:
-            raise HetrlError(f"ilp: task {t} has no candidate that fits in memory")
+    check_nonempty(cands)
+    ms = durations_ms(cands)
+    pw = Pairwise(model, cands)
     pairs = _pairs(stages)
     patterns = [tuple(p) for p in itertools.product((True, False), repeat=len(pairs))]
     cliques = {p: _stage_cliques(stages, pairs, p) for p in patterns}
+    apart = {p: {(a, b) for (_, a, b), on in zip(pairs, p, strict=True) if not on}
+             | {(b, a) for (_, a, b), on in zip(pairs, p, strict=True) if not on}
+             for p in patterns}
     lower = {p: _prune_for_pattern(ms, stages, cliques[p], 2**62)[1] for p in patterns}
     best: dict[str, Candidate] | None = None
     upper = 2**62  # the incumbent's objective (ms)
-    for start in ([candidate_of(cands, hint)] if hint is not None else []) + [
-            greedy_fallback(model, cands)]:
+    starts = [candidate_of(cands, hint)] if hint is not None else []
+    for start in starts + list(incumbents) + [greedy_fallback(model, cands)]:
         if start is not None and fits(model, start):
             value = phased_objective_ms(model, start, stages)
             if value < upper:
                 best, upper = start, value
-    source = "hint or greedy" if best is not None else None
+    source = None if best is None else "hint or greedy"
+    if best is not None and kicks:  # a better first incumbent
+        found, value = local_search(pw, stages, best, kicks, seed)
+        if value < upper:
+            best, upper = found, phased_objective_ms(model, found, stages)
+            source = "local search"
     settled: set = set()
     det = 0.0
     models = 0
@@ -213,61 +247,104 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
     def left(limit: float | None, used: float) -> float | None:
         return None if limit is None else max(limit - used, 0.0)
 
-    def attempt(p, share: int) -> None:
-        """Deepen pattern ``p`` within 1/``share`` of the time left."""
-        nonlocal best, upper, source, det, models
-        began = time.perf_counter()
-        t_left, d_left = left(time_limit_s, began - clock), left(deterministic_time, det)
-        t_cap = None if t_left is None else t_left / share
-        d_cap = None if d_left is None else d_left / share
-        spent_d = 0.0
-        while lower[p] < upper:
-            target = min(upper - 1, max(int(lower[p] * deepen), lower[p]))
+    def out_of_time() -> bool:
+        return (time_limit_s is not None and time.perf_counter() - clock >= time_limit_s) or (
+            deterministic_time is not None and det >= deterministic_time)
+
+    def narrow(p, keep, target: int):
+        """The candidates of pattern ``p`` that can be in a plan of objective <= ``target``
+        (None if none) and the pattern's bound (ms) given that."""
+        if keep is None:
             keep, bound = _prune_for_pattern(ms, stages, cliques[p], target)
             if keep is None or bound > target:
-                lower[p] = target + 1
-                continue
-            if (t_cap is not None and time.perf_counter() - began >= t_cap) or (
-                    d_cap is not None and spent_d >= d_cap):
-                return
-            # no hint: the incumbent breaks the cut (objective <= T < U) by construction
-            sub = {t: [cands[t][i] for i in keep[t]] for t in cands}
-            m, x = _pattern_model(model, sub, stages, pairs, p, cliques[p], target)
-            solver = cp_model.CpSolver()
-            solver.parameters.random_seed = seed
-            solver.parameters.num_workers = workers
-            if t_cap is not None:  # the model's building counts too
-                solver.parameters.max_time_in_seconds = max(t_cap - (time.perf_counter() - began),
-                                                            0.01)
-            if d_cap is not None:
-                solver.parameters.max_deterministic_time = max(d_cap - spent_d, 1e-3)
-            status = solver.Solve(m)
-            models += 1
-            spent_d += solver.response_proto.deterministic_time
-            det += solver.response_proto.deterministic_time
-            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                value = int(round(solver.ObjectiveValue()))
-                if value < upper:
-                    upper, source = value, "solver"
-                    best = {t: next(c for c, v in zip(cs, x[t], strict=True) if solver.Value(v))
-                            for t, cs in sub.items()}
-                if status == cp_model.OPTIMAL:
-                    lower[p] = max(lower[p], value)
-                    settled.add(p)
-                    return
-                lower[p] = max(lower[p], int(math.ceil(solver.BestObjectiveBound())))
-                return  # out of time with a solution: the bound stands
-            if status == cp_model.INFEASIBLE:
-                lower[p] = target + 1
-                continue
-            lower[p] = max(lower[p], min(int(math.ceil(solver.BestObjectiveBound())), target))
-            return  # out of time without a solution
+                return None, target + 1
+        return pw.prune(keep, stages, cliques[p], apart[p], target)[:2]
 
-    order = sorted(patterns, key=lambda p: lower[p])
-    for _ in range(2):
-        todo = [p for p in order if p not in settled and lower[p] < upper]
-        for i, p in enumerate(todo):
-            attempt(p, len(todo) - i)
+    def incumbent(value: int, chosen: dict[str, Candidate]) -> None:
+        """A better plan: U drops, and candidates that no pattern can use below it leave."""
+        nonlocal best, upper, source
+        best, upper, source = chosen, value, "solver"
+        pw.restrict(_universe(ms, stages, cliques, upper))
+
+    def solve_model(p, keep, target: int, share: int) -> bool:
+        """Solve pattern ``p``'s model on candidates ``keep`` with the cut objective <=
+        ``target`` within 1/``share`` of the time left; False if out of time first."""
+        nonlocal det, models
+        t_cap, d_cap = (None if c is None else c / share
+                        for c in (left(time_limit_s, time.perf_counter() - clock),
+                                  left(deterministic_time, det)))
+        began = time.perf_counter()
+        # no hint: the incumbent breaks the cut (objective <= T < U) by construction
+        sub = {t: [cands[t][i] for i in keep[t]] for t in cands}
+        m, x = _pattern_model(model, sub, stages, pairs, p, cliques[p], target)
+        solver = cp_model.CpSolver()
+        solver.parameters.merge_text_format(PATTERN_PARAMETERS)
+        solver.parameters.random_seed = seed
+        solver.parameters.num_workers = 1  # see PATTERN_PARAMETERS
+        if t_cap is not None:  # the model's building counts too
+            solver.parameters.max_time_in_seconds = max(t_cap - (time.perf_counter() - began),
+                                                        0.01)
+        if d_cap is not None:
+            solver.parameters.max_deterministic_time = max(d_cap, 1e-3)
+        status = solver.Solve(m)
+        models += 1
+        det += solver.response_proto.deterministic_time
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            value = int(round(solver.ObjectiveValue()))
+            if value < upper:
+                incumbent(value, chosen_of(solver, sub, x))
+            if status == cp_model.OPTIMAL:
+                lower[p] = max(lower[p], value)
+                settled.add(p)
+                return True
+            lower[p] = max(lower[p], int(math.ceil(solver.BestObjectiveBound())))
+            return False  # out of time with a solution: the bound stands
+        if status == cp_model.INFEASIBLE:
+            lower[p] = max(lower[p], target + 1)
+            return True
+        lower[p] = max(lower[p], min(int(math.ceil(solver.BestObjectiveBound())), target))
+        return False
+
+    if best is not None:
+        pw.restrict(_universe(ms, stages, cliques, upper))
+
+    # Deepen all patterns together. Each round: T = deepen x the least bound (below U); every
+    # pattern whose bound is at most T is narrowed to the candidates a plan of objective <= T
+    # can use (which settles most), then the rest are solved, the lowest narrowed bound first
+    # (the likeliest to hold a better plan, which lowers the targets of the others), each with
+    # an equal share of the time left, and a second chance for those out of time.
+    while not out_of_time():
+        todo = sorted((p for p in patterns if p not in settled and lower[p] < upper),
+                      key=lambda p: lower[p])
+        if not todo:
+            break
+        target = max(int(lower[todo[0]] * deepen), lower[todo[0]])
+        if target * deepen >= upper - 1:  # the next round would pass U: go there now
+            target = upper - 1
+        open_: list = []
+        for p in todo:
+            if lower[p] > target or out_of_time():
+                continue
+            keep, bound = narrow(p, None, target)
+            lower[p] = max(lower[p], bound)
+            if keep is not None:
+                open_.append((bound, p, keep))
+        open_.sort(key=lambda e: (e[0], patterns.index(e[1])))
+        for _ in range(2):  # a second chance for those out of time
+            stuck = []
+            for i, (_, p, keep) in enumerate(open_):
+                if out_of_time() or lower[p] >= upper:
+                    continue
+                cut = min(target, upper - 1)
+                if cut < target:  # a better plan since: narrow again below it
+                    keep, bound = narrow(p, keep, cut)
+                    lower[p] = max(lower[p], bound)
+                    if keep is None:
+                        continue
+                if not solve_model(p, keep, cut, len(open_) - i):
+                    stuck.append((lower[p], p, keep))
+            open_ = stuck
+        for p in todo:
             if lower[p] >= upper:
                 settled.add(p)
     if best is None:
@@ -289,18 +366,27 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
     }
 
 
+def _universe(ms: dict[str, list[int]], stages, cliques: dict, upper: int
+              ) -> dict[str, list[int]]:
+    """Per task, the candidates some pattern's plan of objective < ``upper`` might use (by
+    :func:`_prune_for_pattern`), sorted."""
+    universe: dict[str, set[int]] = {t: set() for t in ms}
+    for cl in cliques.values():
+        keep, bound = _prune_for_pattern(ms, stages, cl, upper - 1)
+        if keep is not None and bound < upper:
+            for t in ms:
+                universe[t].update(keep[t])
+    return {t: sorted(v) for t, v in universe.items()}
+
+
 def solve_staged(model: CostModel, cands: dict[str, list[Candidate]],
                  stages: tuple[tuple[str, ...], ...], time_limit_s: float | None,
                  deterministic_time: float | None, seed: int, workers: int,
-                 hint: Plan | None = None, phased_share: float = 0.15) -> dict[str, Any]:
+                 hint: Plan | None = None, phased_share: float = 0.9) -> dict[str, Any]:
     """The phased solve with ``phased_share`` of the limits; if it has not proved its plan
-    optimal, the monolithic model with the rest, hinted with the phased incumbent and cut
-    below by the phased bound. The better plan and the higher bound are reported. (Measured,
-    hetero24-two-region PPO, 180 s: the phased solve alone found no plan better than the
-    greedy one (631 s, bound 136 s) -- its hard patterns, training on disjoint GPUs, need an
-    incumbent to prune with; the monolithic model alone finds 192.7 s (bound 159.8 s) in
-    180 s, 229.0 s (bound 157.8 s) in the 75% left by a share of 0.25, 190.9 s (bound 159.9 s)
-    in the 85% left by 0.15 -- which still proves hetero16 PPO (13.6 s) and hetero24 GRPO.)"""
+    optimal, the monolithic model (:func:`~hetrl.search.ilp.monolithic.solve`) with the rest,
+    hinted with the phased incumbent unless that is the greedy plan, and cut below by the
+    phased bound. The better plan and the higher bound are reported."""
     clock = time.perf_counter()
 
     def part(limit: float | None, share: float, used: float) -> float | None:
@@ -315,9 +401,8 @@ def solve_staged(model: CostModel, cands: dict[str, list[Candidate]],
     if first is not None and first["status"] == "OPTIMAL":
         return first
     spent = time.perf_counter() - clock
-    # hinted with the phased plan only if a solver found it: a greedy plan as the hint kept
-    # CP-SAT on it (measured, hetero24 PPO, 120 s: 630.9 s hinted, 234.2 s without)
-    found = first is not None and first["incumbent"] == "solver"
+    # not hinted with a greedy plan: that kept CP-SAT on it (docs/search-history.md)
+    found = first is not None and first["incumbent"] != "hint or greedy"
     start = plan_from(model.workload, first["chosen"]) if found else hint
     try:
         second = solve(model, cands, part(time_limit_s, 1.0, spent),
