@@ -266,11 +266,11 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
         best, upper, source = chosen, value, "solver"
         pw.restrict(_universe(ms, stages, cliques, upper))
 
-    def solve_model(p, keep, target: int, share: int) -> bool:
+    def solve_model(p, keep, target: int, share: float) -> bool:
         """Solve pattern ``p``'s model on candidates ``keep`` with the cut objective <=
-        ``target`` within 1/``share`` of the time left; False if out of time first."""
+        ``target`` within ``share`` of the time left; False if out of time first."""
         nonlocal det, models
-        t_cap, d_cap = (None if c is None else c / share
+        t_cap, d_cap = (None if c is None else c * share
                         for c in (left(time_limit_s, time.perf_counter() - clock),
                                   left(deterministic_time, det)))
         began = time.perf_counter()
@@ -308,42 +308,42 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
     if best is not None:
         pw.restrict(_universe(ms, stages, cliques, upper))
 
-    # Deepen all patterns together. Each round: T = deepen x the least bound (below U); every
-    # pattern whose bound is at most T is narrowed to the candidates a plan of objective <= T
-    # can use (which settles most), then the rest are solved, the lowest narrowed bound first
-    # (the likeliest to hold a better plan, which lowers the targets of the others), each with
-    # an equal share of the time left, and a second chance for those out of time.
+    # Deepen all patterns together. Each round: T = deepen x the least bound (below U). Each
+    # pattern whose bound is at most T, least bound first (ties: least first bound), is narrowed
+    # to the candidates a plan of objective <= min(T, U - 1) can use, which settles most; if
+    # some are left, its model is solved there and then with half the time left (all of it for
+    # the round's last pattern), so that a better plan found lowers U for the patterns after
+    # it; those out of time get an equal share of what is left in a second pass.
+    first = dict(lower)
     while not out_of_time():
         todo = sorted((p for p in patterns if p not in settled and lower[p] < upper),
-                      key=lambda p: lower[p])
+                      key=lambda p: (lower[p], first[p]))
         if not todo:
             break
         target = max(int(lower[todo[0]] * deepen), lower[todo[0]])
         if target * deepen >= upper - 1:  # the next round would pass U: go there now
             target = upper - 1
-        open_: list = []
-        for p in todo:
-            if lower[p] > target or out_of_time():
+        todo = [p for p in todo if lower[p] <= target]
+        stuck = []
+        for i, p in enumerate(todo):
+            cut = min(target, upper - 1)
+            if out_of_time() or lower[p] > cut:
                 continue
-            keep, bound = narrow(p, None, target)
+            keep, bound = narrow(p, None, cut)
             lower[p] = max(lower[p], bound)
-            if keep is not None:
-                open_.append((bound, p, keep))
-        open_.sort(key=lambda e: (e[0], patterns.index(e[1])))
-        for _ in range(2):  # a second chance for those out of time
-            stuck = []
-            for i, (_, p, keep) in enumerate(open_):
-                if out_of_time() or lower[p] >= upper:
+            if keep is not None and not solve_model(p, keep, cut,
+                                                    0.5 if i < len(todo) - 1 else 1.0):
+                stuck.append((p, keep, cut))
+        for i, (p, keep, cut) in enumerate(stuck):
+            if out_of_time() or lower[p] >= upper:
+                continue
+            if upper - 1 < cut:  # a better plan since: narrow again below it
+                cut = upper - 1
+                keep, bound = narrow(p, keep, cut)
+                lower[p] = max(lower[p], bound)
+                if keep is None:
                     continue
-                cut = min(target, upper - 1)
-                if cut < target:  # a better plan since: narrow again below it
-                    keep, bound = narrow(p, keep, cut)
-                    lower[p] = max(lower[p], bound)
-                    if keep is None:
-                        continue
-                if not solve_model(p, keep, cut, len(open_) - i):
-                    stuck.append((lower[p], p, keep))
-            open_ = stuck
+            solve_model(p, keep, cut, 1 / (len(stuck) - i))
         for p in todo:
             if lower[p] >= upper:
                 settled.add(p)
