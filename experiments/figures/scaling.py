@@ -32,7 +32,7 @@ from experiments.common import batch_for, job
 from experiments.figures._plot import empty, save, suptitle
 from experiments.framework import Config, Figure, register
 from hetrl.cost.bound import lower_bound
-from hetrl.errors import InfeasibleError
+from hetrl.errors import HetrlError
 from hetrl.search import Budget, get_scheduler
 from hetrl.spec.random_cluster import nested_random_cluster
 
@@ -79,7 +79,7 @@ class Scaling(Figure):
         try:
             r = get_scheduler(cell["scheduler"]).search(
                 wl, cluster, Budget(seconds=cell["seconds"], seed=cell["seed"]))
-        except InfeasibleError as exc:  # nothing found that fits in the budget
+        except HetrlError as exc:  # nothing found that fits, or no evaluation, in the budget
             return [{**row, "search_s": float("nan"), "evaluations": float("nan"),
                      "first_valid_s": float("nan"), "iteration_s": float("nan"), "gpus_used": 0,
                      "fraction_of_bound": 0.0, "fraction_of_model_bound": 0.0,
