@@ -8,7 +8,8 @@ Read it in the phases of OR-tools' job-shop example:
 - ``monolithic``: one model with a start, duration and end per task and NoOverlap per device;
   it serves every workflow.
 - ``phased``: one small model per sharing pattern for sync workflows whose stages are barriers
-  (PPO, GRPO); the default there.
+  (PPO, GRPO); the default there. Helped by ``pairwise`` (bounds that prune a pattern's
+  candidates before its model is built) and ``local`` (a local search for a first incumbent).
 - ``scheduler``: the scheduler registered as ``ilp``.
 
 Units: durations in integer milliseconds (``SCALE`` per second), memory in whole MB; results

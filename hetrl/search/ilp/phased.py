@@ -177,11 +177,10 @@ def _pattern_model(model: CostModel, cands: dict[str, list[Candidate]], stages, 
     return m, x
 
 
-#: CP-SAT parameters of the pattern models (measured on hetero24-two-region PPO's all-apart
-#: pattern, docs/baselines.md): one presolve round and no LP relaxation (after the pairwise
-#: bounds the LP rarely prunes, and CP-SAT's propagation alone is 2-3x faster), the search
-#: alternating with the fixed order of :func:`_pattern_model` (tasks with the fewest
-#: candidates first, fastest candidate first). One worker: two were 2.4-6.6x slower there.
+#: CP-SAT parameters of the pattern models, chosen by measurement (docs/search-history.md, ILP):
+#: one presolve round, no LP relaxation (after the pairwise bounds, propagation alone is
+#: faster), the search alternating with the fixed order of :func:`_pattern_model` (tasks with
+#: the fewest candidates first, fastest candidate first). The models run on one worker.
 PATTERN_PARAMETERS = ("max_presolve_iterations: 1 linearization_level: 0 "
                       "search_branching: PORTFOLIO_SEARCH")
 
