@@ -269,7 +269,7 @@ def test_ilp_fallback_plan_fits_in_memory(two_regions):
     assert result.estimate.feasible
     validate(result.plan, wl, cl)
     # The phased solve (the default for sync GRPO) proves the optimum within 100 ms of
-    # deterministic time (15% of it for the phased models).
+    # deterministic time.
     phased = get_scheduler("ilp").search(wl, cl, Budget(evaluations=20, seed=0))
     assert phased.extra["ilp_method"] == "phased"
     assert phased.extra["ilp_status"] == "OPTIMAL"

@@ -381,11 +381,13 @@ def _universe(ms: dict[str, list[int]], stages, cliques: dict, upper: int
 def solve_staged(model: CostModel, cands: dict[str, list[Candidate]],
                  stages: tuple[tuple[str, ...], ...], time_limit_s: float | None,
                  deterministic_time: float | None, seed: int, workers: int,
-                 hint: Plan | None = None, phased_share: float = 0.9) -> dict[str, Any]:
+                 hint: Plan | None = None, phased_share: float = 1.0) -> dict[str, Any]:
     """The phased solve with ``phased_share`` of the limits; if it has not proved its plan
-    optimal, the monolithic model (:func:`~hetrl.search.ilp.monolithic.solve`) with the rest,
-    hinted with the phased incumbent unless that is the greedy plan, and cut below by the
-    phased bound. The better plan and the higher bound are reported."""
+    optimal (or found none) and at least a second (or any deterministic time) is left, the
+    monolithic model (:func:`~hetrl.search.ilp.monolithic.solve`) with the rest, hinted with the
+    phased incumbent unless that is the greedy plan, and cut below by the phased bound. The
+    better plan and the higher bound are reported. By default the phased solve has all the
+    time: the monolithic model's share found nothing better (docs/search-history.md, ILP)."""
     clock = time.perf_counter()
 
     def part(limit: float | None, share: float, used: float) -> float | None:
@@ -397,17 +399,18 @@ def solve_staged(model: CostModel, cands: dict[str, list[Candidate]],
                              part(deterministic_time, phased_share, 0.0), seed, workers, hint)
     except NoSolution:
         pass
-    if first is not None and first["status"] == "OPTIMAL":
-        return first
     spent = time.perf_counter() - clock
+    rest = part(time_limit_s, 1.0, spent)
+    rest_det = None if deterministic_time is None else deterministic_time * (1 - phased_share)
+    if first is not None and (first["status"] == "OPTIMAL" or (rest is not None and rest < 1.0)
+                              or (rest_det is not None and rest_det <= 0)):
+        return first
     # not hinted with a greedy plan: that kept CP-SAT on it (docs/search-history.md)
     found = first is not None and first["incumbent"] != "hint or greedy"
     start = plan_from(model.workload, first["chosen"]) if found else hint
     try:
-        second = solve(model, cands, part(time_limit_s, 1.0, spent),
-                       None if deterministic_time is None
-                       else deterministic_time * (1 - phased_share),
-                       seed, workers, start, None if first is None else first["bound_s"])
+        second = solve(model, cands, rest, rest_det, seed, workers, start,
+                       None if first is None else first["bound_s"])
     except NoSolution:
         if first is None:
             raise
