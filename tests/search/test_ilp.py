@@ -344,3 +344,23 @@ def test_staged_solve_hands_an_open_phased_solve_to_the_monolithic_model():
     assert staged["status"] == "OPTIMAL"
     assert staged["objective_s"] == pytest.approx(whole["objective_s"], abs=1e-9)
     assert staged["bound_s"] == pytest.approx(staged["objective_s"], abs=1e-9)
+
+
+def test_phased_solve_says_infeasible_when_no_plan_fits():
+    """Two 3 GB GPUs: every task fits alone, no plan fits whole (enumerated); the phased solve
+    proves that (every pattern settled above the longest possible plan) as the monolithic model
+    does."""
+    from hetrl.search.ilp.model import NoSolution, fits
+
+    wl = tiny_workload()
+    cl = ClusterSpec("tiny-slow", (NodeSpec("b", "Slow-3GB", 2, "r1"),),
+                     gpu_types=(FAST_GPU, SLOW_GPU))
+    model = CostModel(wl, cl)
+    cands = candidates(model)
+    assert all(cands.values())
+    assert not any(fits(model, dict(zip(cands, combo, strict=True)))
+                   for combo in itertools.product(*cands.values()))
+    with pytest.raises(NoSolution, match="INFEASIBLE"):
+        solve_phased(model, cands, stages_of(wl), 30, None, 0, 1)
+    with pytest.raises(NoSolution, match="INFEASIBLE"):
+        solve(model, cands, 30, None, 0, 1)

@@ -84,6 +84,11 @@ class Pairwise:
             row = self._sync_rows[g] = pull.min(axis=2).max(axis=1)
         return row
 
+    def longest_sync(self) -> int:
+        """The longest weight sync (ms) of any (generation, actor training) pair."""
+        return max((int(self._sync_row(g).max()) for g in range(len(self.cands[GEN]))),
+                   default=0)
+
     def sync(self, gens: np.ndarray, trains: np.ndarray) -> np.ndarray:
         """The weight sync (ms) of every (generation, actor training) pair: a (gens, trains)
         array, as :func:`hetrl.search.ilp.model.sync_ms`."""

@@ -306,6 +306,8 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
 
     if best is not None:
         pw.restrict(_universe(ms, stages, cliques, upper))
+    else:  # no plan yet: U just above the longest any plan can take, so that patterns settle
+        upper = sum(max(v) for v in ms.values()) + pw.longest_sync() + 1
 
     # Deepen all patterns together. Each round: T = deepen x the least bound (below U). Each
     # pattern whose bound is at most T, least bound first (ties: least first bound), is narrowed
@@ -347,7 +349,7 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
             if lower[p] >= upper:
                 settled.add(p)
     if best is None:
-        raise NoSolution("UNKNOWN")
+        raise NoSolution("INFEASIBLE" if len(settled) == len(patterns) else "UNKNOWN")
     bound = min([upper] + [lower[p] for p in patterns if lower[p] < upper])
     return {
         "chosen": best,
