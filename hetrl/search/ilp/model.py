@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.model import CostModel
+from hetrl.errors import HetrlError
 from hetrl.plan import Plan, TaskGroup, TaskPlacement
 from hetrl.search.ilp.data import SCALE, Candidate
 
@@ -19,8 +20,7 @@ class NoSolution(Exception):
 
 
 def check_nonempty(cands: dict[str, list[Candidate]]) -> None:
-    from hetrl.errors import HetrlError
-
+    """Fail fast, naming the task, when a task has no candidate that fits in memory alone."""
     for t, cs in cands.items():
         if not cs:
             raise HetrlError(f"ilp: task {t} has no candidate that fits in memory")

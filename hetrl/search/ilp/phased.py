@@ -197,88 +197,140 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
 
     The incumbent U starts as the best of ``hint``, ``incumbents`` (one candidate per task) and
     the greedy plan that fit in memory, improved by a local search of ``kicks`` kicks
-    (:mod:`hetrl.search.ilp.local`). Then all patterns are deepened together, in rounds: T =
-    ``deepen`` x the least pattern bound (U - 1 once the next round would pass it); every
-    pattern whose bound is at most T is narrowed to the candidates a plan of objective <= T can
-    use (:func:`_prune_for_pattern`, then :class:`~hetrl.search.ilp.pairwise.Pairwise`), which
-    settles most; the others' models (objective <= T, minimised) are solved lowest narrowed
-    bound first, each with an equal share of the time left and a second chance for those out of
-    time. A solution lowers U (and every later target); a model proved infeasible raises the
-    pattern's bound to T + 1. A pattern is settled when its bound reaches U. The reported bound
-    is the least over the patterns; the status OPTIMAL when every pattern is settled.
+    (:mod:`hetrl.search.ilp.local`); then all patterns deepen together, in rounds
+    (:class:`_Rounds`), until every pattern is settled or the limits (wall-clock seconds,
+    CP-SAT deterministic time) are spent. ``workers`` is unused: the pattern models run on one
+    worker (:data:`PATTERN_PARAMETERS`).
 
-    ``workers`` is unused (the pattern models run on one worker, see
-    :data:`PATTERN_PARAMETERS`). Returns the chosen candidates, status, objective and bound (s),
-    wall time (s), the number of candidates, of patterns and of CP-SAT models solved, each
-    pattern's bound (s) and whether it is settled, and where the incumbent came from ("solver",
-    "local search" or "hint or greedy")."""
-    from ortools.sat.python import cp_model
-
+    Returns the chosen candidates, status (OPTIMAL when every pattern is settled), objective
+    and bound (s; the bound is the least over the patterns), wall time (s), the number of
+    candidates, of patterns and of CP-SAT models solved, each pattern's bound (s) and whether it
+    is settled, and where the incumbent came from ("solver", "local search" or "hint or
+    greedy"). Raises NoSolution when no plan was found ("INFEASIBLE" when there is none)."""
     clock = time.perf_counter()
     check_nonempty(cands)
-    ms = durations_ms(cands)
-    pw = Pairwise(model, cands)
-    pairs = _pairs(stages)
-    patterns = [tuple(p) for p in itertools.product((True, False), repeat=len(pairs))]
-    cliques = {p: _stage_cliques(stages, pairs, p) for p in patterns}
-    apart = {p: {(a, b) for (_, a, b), on in zip(pairs, p, strict=True) if not on}
-             | {(b, a) for (_, a, b), on in zip(pairs, p, strict=True) if not on}
-             for p in patterns}
-    lower = {p: _prune_for_pattern(ms, stages, cliques[p], 2**62)[1] for p in patterns}
-    best: dict[str, Candidate] | None = None
-    upper = 2**62  # the incumbent's objective (ms)
+    search = _Rounds(model, cands, stages, deepen, seed, clock, time_limit_s, deterministic_time)
     starts = [candidate_of(cands, hint)] if hint is not None else []
     for start in starts + list(incumbents) + [greedy_fallback(model, cands)]:
         if start is not None and fits(model, start):
-            value = phased_objective_ms(model, start, stages)
-            if value < upper:
-                best, upper = start, value
-    source = None if best is None else "hint or greedy"
-    if best is not None and kicks:  # a better first incumbent
-        found, value = local_search(pw, stages, best, kicks, seed)
-        if value < upper:
-            best, upper = found, phased_objective_ms(model, found, stages)
-            source = "local search"
-    settled: set = set()
-    det = 0.0
-    models = 0
+            search.offer(start, "hint or greedy")
+    if search.best is not None and kicks:
+        search.offer(local_search(search.pw, stages, search.best, kicks, seed)[0],
+                     "local search")
+    search.start()
+    while search.round():
+        pass
+    if search.best is None:
+        raise NoSolution("INFEASIBLE" if search.all_settled() else "UNKNOWN")
+    upper, lower = search.upper, search.lower
+    bound = min([upper] + [lower[p] for p in search.patterns if lower[p] < upper])
+    return {
+        "chosen": search.best,
+        "status": "OPTIMAL" if bound >= upper else "FEASIBLE",
+        "objective_s": upper / SCALE,
+        "bound_s": bound / SCALE,
+        "solve_s": time.perf_counter() - clock,
+        "variables": sum(len(v) for v in cands.values()),
+        "patterns": len(search.patterns),
+        #: per pattern (sharing flags of ``_pairs(stages)``), its lower bound (s) and whether settled
+        "pattern_bounds": {p: (lower[p] / SCALE, p in search.settled or lower[p] >= upper)
+                           for p in search.patterns},
+        "models": search.models,
+        "incumbent": search.source,
+    }
 
-    def left(limit: float | None, used: float) -> float | None:
+
+class _Rounds:
+    """One phased solve's state: the incumbent (``best``, its objective ``upper`` = U, ms),
+    each pattern's lower bound (ms) and whether it is settled, and the limits spent.
+
+    A round (:meth:`round`) takes T = ``deepen`` x the least bound of the patterns left (U - 1
+    once the next round would pass it). Each pattern whose bound is at most T, least bound
+    first (ties: least first bound), is narrowed to the candidates a plan of objective <= min(T,
+    U - 1) can use (:func:`_prune_for_pattern`, then
+    :class:`~hetrl.search.ilp.pairwise.Pairwise`), which settles most; if some are left, its
+    model (objective <= that, minimised) is solved there and then with half the time left (all
+    of it for the round's last pattern), so that a better plan lowers U for the patterns after
+    it; those out of time get equal shares of what is left. A solution lowers U; a model
+    proved infeasible raises the pattern's bound to its target + 1. A pattern is settled when
+    its bound reaches U."""
+
+    def __init__(self, model: CostModel, cands: dict[str, list[Candidate]], stages, deepen: float,
+                 seed: int, clock: float, time_limit_s: float | None,
+                 deterministic_time: float | None):
+        self.model, self.cands, self.stages, self.deepen, self.seed = (model, cands, stages,
+                                                                       deepen, seed)
+        self.clock, self.time_limit_s, self.deterministic_time = (clock, time_limit_s,
+                                                                  deterministic_time)
+        self.ms = durations_ms(cands)
+        self.pw = Pairwise(model, cands)
+        self.pairs = _pairs(stages)
+        self.patterns = [tuple(p) for p in itertools.product((True, False),
+                                                             repeat=len(self.pairs))]
+        self.cliques = {p: _stage_cliques(stages, self.pairs, p) for p in self.patterns}
+        self.apart = {p: {x for (_, a, b), on in zip(self.pairs, p, strict=True) if not on
+                          for x in ((a, b), (b, a))} for p in self.patterns}
+        self.lower = {p: _prune_for_pattern(self.ms, stages, self.cliques[p], 2**62)[1]
+                      for p in self.patterns}
+        self.first = dict(self.lower)  # tie-breaks among equal bounds
+        self.best: dict[str, Candidate] | None = None
+        self.upper = 2**62
+        self.source: str | None = None
+        self.settled: set = set()
+        self.det = 0.0  # CP-SAT deterministic time spent
+        self.models = 0
+
+    def offer(self, chosen: dict[str, Candidate], source: str) -> None:
+        """A plan that fits in memory: the incumbent if better."""
+        value = phased_objective_ms(self.model, chosen, self.stages)
+        if value < self.upper:
+            self.best, self.upper, self.source = chosen, value, source
+
+    def start(self) -> None:
+        """Before the first round: candidates no pattern can use below U leave the pairwise
+        memo; with no plan yet, U is set just above the longest plan possible, so that the
+        patterns settle when none has a plan."""
+        if self.best is not None:
+            self.pw.restrict(_universe(self.ms, self.stages, self.cliques, self.upper))
+        else:
+            self.upper = sum(max(v) for v in self.ms.values()) + self.pw.longest_sync() + 1
+
+    def all_settled(self) -> bool:
+        return len(self.settled) == len(self.patterns)
+
+    def _left(self, limit: float | None, used: float) -> float | None:
         return None if limit is None else max(limit - used, 0.0)
 
-    def out_of_time() -> bool:
-        return (time_limit_s is not None and time.perf_counter() - clock >= time_limit_s) or (
-            deterministic_time is not None and det >= deterministic_time)
+    def out_of_time(self) -> bool:
+        return (self.time_limit_s is not None
+                and time.perf_counter() - self.clock >= self.time_limit_s) or (
+            self.deterministic_time is not None and self.det >= self.deterministic_time)
 
-    def narrow(p, keep, target: int):
-        """The candidates of pattern ``p`` that can be in a plan of objective <= ``target``
-        (None if none) and the pattern's bound (ms) given that."""
+    def narrow(self, p, keep, target: int):
+        """The candidates of pattern ``p`` (within ``keep`` if given) that can be in a plan of
+        objective <= ``target`` (None if none), and the pattern's bound (ms) given that."""
         if keep is None:
-            keep, bound = _prune_for_pattern(ms, stages, cliques[p], target)
+            keep, bound = _prune_for_pattern(self.ms, self.stages, self.cliques[p], target)
             if keep is None or bound > target:
                 return None, target + 1
-        return pw.prune(keep, stages, cliques[p], apart[p], target)[:2]
+        return self.pw.prune(keep, self.stages, self.cliques[p], self.apart[p], target)
 
-    def incumbent(value: int, chosen: dict[str, Candidate]) -> None:
-        """A better plan: U drops, and candidates that no pattern can use below it leave."""
-        nonlocal best, upper, source
-        best, upper, source = chosen, value, "solver"
-        pw.restrict(_universe(ms, stages, cliques, upper))
-
-    def solve_model(p, keep, target: int, share: float) -> bool:
+    def solve(self, p, keep, target: int, share: float) -> bool:
         """Solve pattern ``p``'s model on candidates ``keep`` with the cut objective <=
         ``target`` within ``share`` of the time left; False if out of time first."""
-        nonlocal det, models
+        from ortools.sat.python import cp_model
+
         t_cap, d_cap = (None if c is None else c * share
-                        for c in (left(time_limit_s, time.perf_counter() - clock),
-                                  left(deterministic_time, det)))
+                        for c in (self._left(self.time_limit_s, time.perf_counter() - self.clock),
+                                  self._left(self.deterministic_time, self.det)))
         began = time.perf_counter()
         # no hint: the incumbent breaks the cut (objective <= T < U) by construction
-        sub = {t: [cands[t][i] for i in keep[t]] for t in cands}
-        m, x = _pattern_model(model, sub, stages, pairs, p, cliques[p], target)
+        sub = {t: [self.cands[t][i] for i in keep[t]] for t in self.cands}
+        m, x = _pattern_model(self.model, sub, self.stages, self.pairs, p, self.cliques[p],
+                              target)
         solver = cp_model.CpSolver()
         solver.parameters.merge_text_format(PATTERN_PARAMETERS)
-        solver.parameters.random_seed = seed
+        solver.parameters.random_seed = self.seed
         solver.parameters.num_workers = 1  # see PATTERN_PARAMETERS
         if t_cap is not None:  # the model's building counts too
             solver.parameters.max_time_in_seconds = max(t_cap - (time.perf_counter() - began),
@@ -286,15 +338,17 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
         if d_cap is not None:
             solver.parameters.max_deterministic_time = max(d_cap, 1e-3)
         status = solver.Solve(m)
-        models += 1
-        det += solver.response_proto.deterministic_time
+        self.models += 1
+        self.det += solver.response_proto.deterministic_time
+        lower = self.lower
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             value = int(round(solver.ObjectiveValue()))
-            if value < upper:
-                incumbent(value, chosen_of(solver, sub, x))
+            if value < self.upper:  # a better plan: U drops, and so does the pairwise memo
+                self.best, self.upper, self.source = chosen_of(solver, sub, x), value, "solver"
+                self.pw.restrict(_universe(self.ms, self.stages, self.cliques, self.upper))
             if status == cp_model.OPTIMAL:
                 lower[p] = max(lower[p], value)
-                settled.add(p)
+                self.settled.add(p)
                 return True
             lower[p] = max(lower[p], int(math.ceil(solver.BestObjectiveBound())))
             return False  # out of time with a solution: the bound stands
@@ -304,67 +358,43 @@ def solve_phased(model: CostModel, cands: dict[str, list[Candidate]],
         lower[p] = max(lower[p], min(int(math.ceil(solver.BestObjectiveBound())), target))
         return False
 
-    if best is not None:
-        pw.restrict(_universe(ms, stages, cliques, upper))
-    else:  # no plan yet: U just above the longest any plan can take, so that patterns settle
-        upper = sum(max(v) for v in ms.values()) + pw.longest_sync() + 1
-
-    # Deepen all patterns together. Each round: T = deepen x the least bound (below U). Each
-    # pattern whose bound is at most T, least bound first (ties: least first bound), is narrowed
-    # to the candidates a plan of objective <= min(T, U - 1) can use, which settles most; if
-    # some are left, its model is solved there and then with half the time left (all of it for
-    # the round's last pattern), so that a better plan found lowers U for the patterns after
-    # it; those out of time get an equal share of what is left in a second pass.
-    first = dict(lower)
-    while not out_of_time():
-        todo = sorted((p for p in patterns if p not in settled and lower[p] < upper),
-                      key=lambda p: (lower[p], first[p]))
+    def round(self) -> bool:
+        """One round (see the class); False when nothing is left to do or no time."""
+        if self.out_of_time():
+            return False
+        lower = self.lower
+        todo = sorted((p for p in self.patterns if p not in self.settled and lower[p] < self.upper),
+                      key=lambda p: (lower[p], self.first[p]))
         if not todo:
-            break
-        target = max(int(lower[todo[0]] * deepen), lower[todo[0]])
-        if target * deepen >= upper - 1:  # the next round would pass U: go there now
-            target = upper - 1
+            return False
+        target = max(int(lower[todo[0]] * self.deepen), lower[todo[0]])
+        if target * self.deepen >= self.upper - 1:  # the next round would pass U: go there now
+            target = self.upper - 1
         todo = [p for p in todo if lower[p] <= target]
         stuck = []
         for i, p in enumerate(todo):
-            cut = min(target, upper - 1)
-            if out_of_time() or lower[p] > cut:
+            cut = min(target, self.upper - 1)
+            if self.out_of_time() or lower[p] > cut:
                 continue
-            keep, bound = narrow(p, None, cut)
+            keep, bound = self.narrow(p, None, cut)
             lower[p] = max(lower[p], bound)
-            if keep is not None and not solve_model(p, keep, cut,
-                                                    0.5 if i < len(todo) - 1 else 1.0):
+            if keep is not None and not self.solve(p, keep, cut,
+                                                   0.5 if i < len(todo) - 1 else 1.0):
                 stuck.append((p, keep, cut))
         for i, (p, keep, cut) in enumerate(stuck):
-            if out_of_time() or lower[p] >= upper:
+            if self.out_of_time() or lower[p] >= self.upper:
                 continue
-            if upper - 1 < cut:  # a better plan since: narrow again below it
-                cut = upper - 1
-                keep, bound = narrow(p, keep, cut)
+            if self.upper - 1 < cut:  # a better plan since: narrow again below it
+                cut = self.upper - 1
+                keep, bound = self.narrow(p, keep, cut)
                 lower[p] = max(lower[p], bound)
                 if keep is None:
                     continue
-            solve_model(p, keep, cut, 1 / (len(stuck) - i))
+            self.solve(p, keep, cut, 1 / (len(stuck) - i))
         for p in todo:
-            if lower[p] >= upper:
-                settled.add(p)
-    if best is None:
-        raise NoSolution("INFEASIBLE" if len(settled) == len(patterns) else "UNKNOWN")
-    bound = min([upper] + [lower[p] for p in patterns if lower[p] < upper])
-    return {
-        "chosen": best,
-        "status": "OPTIMAL" if bound >= upper else "FEASIBLE",
-        "objective_s": upper / SCALE,
-        "bound_s": bound / SCALE,
-        "solve_s": time.perf_counter() - clock,
-        "variables": sum(len(v) for v in cands.values()),
-        "patterns": len(patterns),
-        #: per pattern (sharing flags of ``_pairs(stages)``), its lower bound (s) and whether settled
-        "pattern_bounds": {p: (lower[p] / SCALE, p in settled or lower[p] >= upper)
-                           for p in patterns},
-        "models": models,
-        "incumbent": source,
-    }
+            if lower[p] >= self.upper:
+                self.settled.add(p)
+        return True
 
 
 def _universe(ms: dict[str, list[int]], stages, cliques: dict, upper: int
