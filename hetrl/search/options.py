@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetrl.errors import SpecError, require
+from hetrl.plan import Plan
 
 
 def parse_options(cls: type, scheduler: str, given: dict[str, Any]) -> Any:
@@ -80,6 +81,17 @@ class DeapOptions(FlatOptions):
         require(self.population >= 2, "deap option population", self.population, "must be >= 2")
         _fraction("deap option cxpb", self.cxpb)
         _fraction("deap option mutpb", self.mutpb)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ILPOptions(FlatOptions):
+    """``ilp``: its candidates priced with or without the load balancer (``load_balance``)."""
+
+    #: the phased solve where the workflow's stages are barriers (PPO, GRPO sync); False: the
+    #: monolithic model alone
+    phased: bool = True
+    #: a plan to start the solver from (CP-SAT's hint)
+    hint: Plan | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

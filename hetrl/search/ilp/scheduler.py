@@ -9,6 +9,7 @@ from hetrl.search.ilp.data import candidates, prune_dominated
 from hetrl.search.ilp.model import NoSolution, greedy_fallback, plan_from
 from hetrl.search.ilp.monolithic import solve
 from hetrl.search.ilp.phased import solve_staged, stages_of
+from hetrl.search.options import ILPOptions
 
 #: With only an evaluation budget, the solver's deterministic-time limit per evaluation (about
 #: what one SHA-EA evaluation costs, so that budgets compare).
@@ -17,15 +18,15 @@ EVAL_DETERMINISTIC_S = 0.005
 
 @register
 class ILPScheduler(Scheduler):
-    """Options: ``load_balance`` (default True), ``phased`` (default True: the phased solve
-    where the workflow allows it), ``hint`` (a Plan to start from)."""
+    """Options: :class:`hetrl.search.options.ILPOptions`."""
 
     name = "ilp"
     description = "HetRL ILP: CP-SAT over block-aligned device sets x layouts, optimal in that space"
+    Options = ILPOptions
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         b = ev.budget
-        cands = candidates(ev.model, bool(self.options.get("load_balance", True)))
+        cands = candidates(ev.model, self.options.load_balance)
         priced = sum(len(c) for c in cands.values())
         cands = prune_dominated(cands)
         left = None if b.seconds is None else max(b.seconds - ev.elapsed(), 1.0)
@@ -33,13 +34,13 @@ class ILPScheduler(Scheduler):
                if b.evaluations is not None and b.seconds is None else None)
         ev.evaluations += priced  # each candidate priced counts as one task evaluation
         # sync workflows with barrier stages (PPO, GRPO): one small model per sharing pattern
-        stages = stages_of(ev.workload) if self.options.get("phased", True) else None
+        stages = stages_of(ev.workload) if self.options.phased else None
         try:
             if stages is not None:
                 out = solve_staged(ev.model, cands, stages, left, det, b.seed, b.workers,
-                                   self.options.get("hint"))
+                                   self.options.hint)
             else:
-                out = solve(ev.model, cands, left, det, b.seed, b.workers, self.options.get("hint"))
+                out = solve(ev.model, cands, left, det, b.seed, b.workers, self.options.hint)
             plan = plan_from(ev.workload, out["chosen"])
         except NoSolution as exc:
             chosen = greedy_fallback(ev.model, cands)
