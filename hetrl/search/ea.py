@@ -434,8 +434,8 @@ class Arm:
             for _ in range(sweeps):
                 improved = False
                 if tasks is None:  # a sweep over every task starts with the shared moves
-                    for shared in self._shared_tasks():
-                        for lay in self._shared_options(shared):
+                    for shared, options in self.shared_moves:
+                        for lay in options:
                             if self.evaluations >= stop:
                                 break
                             h = state[1]
@@ -468,30 +468,27 @@ class Arm:
                   if tasks is None or t in tasks)
         if tasks is not None:
             return own
-        return own + sum(len(self._shared_options(s)) for s in self._shared_tasks())
+        return own + sum(len(options) for _, options in self.shared_moves)
 
-    def _shared_tasks(self) -> list[tuple[str, ...]]:
-        """Per group, its tasks but generation, when there are two or more: :meth:`tune`'s
-        shared moves put them all on one layout at once (as verl gives the actor and the
-        reference one layout, and the critic's tasks another). Tasks co-located on a group
-        share its memory, so the layout that pays for one often pays only when all move
-        together, which one-task moves cannot cross (paper48-a100-l40s, PPO sync, 96 prompts:
-        one-task sweeps stopped at 26.25 s on verl's own two pools, where verl's one layout
-        for all five tasks gives 22.91 s)."""
+    @cached_property
+    def shared_moves(self) -> list[tuple[tuple[str, ...], list[Layout]]]:
+        """:meth:`tune`'s shared moves: per group, its tasks but generation (when there are
+        two or more) and the full-group layouts they all have; a move puts them all on one
+        layout at once (as verl gives the actor and the reference one layout, and the critic's
+        tasks another). Tasks co-located on a group share its memory, so the layout that pays
+        for one often pays only when all move together, which one-task moves cannot cross
+        (paper48-a100-l40s, PPO sync, 96 prompts: one-task sweeps stopped at 26.25 s on verl's
+        own two pools, where verl's one layout for all five tasks gives 22.91 s)."""
         kinds = {t.name: t.kind for t in self.model.workload.tasks}
         out = []
         for group in self.groups:
             rest = tuple(t for t in group if kinds[t] != "generation")
             if len(rest) >= 2:
-                out.append(rest)
+                common = set(self.layout_options[rest[0]])
+                for t in rest[1:]:
+                    common &= set(self.layout_options[t])
+                out.append((rest, sorted(common)))
         return out
-
-    def _shared_options(self, tasks: tuple[str, ...]) -> list[Layout]:
-        """The full-group layouts every one of ``tasks`` has."""
-        common = set(self.layout_options[tasks[0]])
-        for t in tasks[1:]:
-            common &= set(self.layout_options[t])
-        return sorted(common)
 
     def stalled(self, steps: int) -> bool:
         """Whether the arm's last ``steps`` evaluations found nothing better than its best."""

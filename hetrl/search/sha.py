@@ -93,10 +93,10 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
     """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
     best warm-start arm (our addition: the floor the search must not lose to goes on being
     searched), and (``colocated``, our addition) the best of ``together``, the all-co-located
-    grouping's arms on all the GPUs, even if the halving dropped it. With part-of-group layouts its plans include any
-    side-by-side split of independent tasks, which the polish explores and the EA alone rarely
-    reaches, so the loss the halving ranks it by (the EA's) understates it (docs/search.md);
-    it comes first."""
+    grouping's arms on all the GPUs, even if the halving dropped it. With part-of-group
+    layouts its plans include any side-by-side split of independent tasks, which the polish
+    explores and the EA alone rarely reaches, so the loss the halving ranks it by (the EA's)
+    understates it (docs/search.md); it comes first."""
     out = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:count]
     best_warm = min(warm, key=lambda a: a.best, default=None)
     if best_warm is not None and best_warm not in out and math.isfinite(best_warm.best):
@@ -108,6 +108,14 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
             # by the others' (docs/search-history.md, "Notes moved from the code")
             out.insert(0, best)
     return out
+
+
+def _ends_and_sample(items: list, ends: list, count: int, rng: np.random.Generator) -> list:
+    """``ends`` (always kept) and a random subset of the other ``items``, ``count`` in all,
+    the subset in the items' order."""
+    middle = [x for x in items if x not in ends]
+    picked = rng.choice(len(middle), size=max(count - len(ends), 0), replace=False)
+    return ends + [middle[i] for i in sorted(picked.tolist())]
 
 
 def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -> list[Arm]:
@@ -424,9 +432,7 @@ class _SHABase(Scheduler):
         todo = [l1 for l1 in level1 if not l1.arms[0].population]
         if len(todo) > budget:
             ends = [l1 for l1 in (level1[0], level1[-1]) if l1 in todo]
-            middle = [l1 for l1 in todo if l1 not in ends]
-            picked = rng.choice(len(middle), size=max(budget - len(ends), 0), replace=False)
-            todo = ends + [middle[i] for i in sorted(picked.tolist())]
+            todo = _ends_and_sample(todo, ends, budget, rng)
         for l1 in todo:
             l1.arms[0].step(ev)
         info["screened"] = len(todo)
@@ -437,11 +443,8 @@ class _SHABase(Scheduler):
         """The ``n_arms`` groupings that enter the halving: every grouping holding one of the
         (at most ``n_arms`` // 2) best warm arms, then the best screened groupings; without
         screening, "everything co-located", "every task apart" and a random subset."""
-        if not screened:
-            ends = [alive[0], alive[-1]]  # groupings are ordered by their number of groups
-            middle = alive[1:-1]
-            picked = rng.choice(len(middle), size=max(n_arms - 2, 0), replace=False)
-            return ends + [middle[i] for i in sorted(picked.tolist())]
+        if not screened:  # groupings are ordered by their number of groups
+            return _ends_and_sample(alive, [alive[0], alive[-1]], n_arms, rng)
         out: list[_Level1] = []
         for arm in warm_arms[: max(n_arms // 2, 1)]:
             l1 = next(x for x in alive if x.grouping == arm.groups)
@@ -498,7 +501,8 @@ class _SHABase(Scheduler):
                         # the arm's EA has stalled (``stall_steps``, 0: at once); a pass
                         # stopped at its cap resumes at the arm's next turn.
                         c = cap()
-                        if arm.polishing or arm.polish_cost() <= c or arm.stalled(opts.stall_steps):
+                        if (arm.polishing or arm.polish_cost() <= c
+                                or arm.stalled(opts.stall_steps)):
                             arm.polish(ev, cap=max(1, c // opts.polish_chunks))
                     arm.run(ev, 32)
                 if opts.final_halving and len(finalists) > 1:
