@@ -25,6 +25,8 @@ class LengthStats:
     response_max: int
     seq_mean: float  # E[prompt + response]
     seq_sq_mean: float  # E[(prompt + response)^2]
+    prompt_var: float  # Var[prompt], tokens^2
+    response_var: float  # Var[response], tokens^2
     survival: np.ndarray
     ctx: np.ndarray
     mean_age: float
@@ -58,6 +60,7 @@ def length_stats(workload: WorkloadSpec) -> LengthStats:
     return LengthStats(
         prompt_mean=ep, prompt_max=p.max, response_mean=er, response_max=r.max,
         seq_mean=ep + er, seq_sq_mean=ep2 + 2 * ep * er + er2,
+        prompt_var=max(ep2 - ep * ep, 0.0), response_var=max(er2 - er * er, 0.0),
         survival=survival, ctx=ep + steps, mean_age=er2 / (2 * er),
         response_cdf=full_cdf,
     )

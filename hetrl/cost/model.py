@@ -32,6 +32,7 @@ from hetrl.cost.primitives import (
     node_symmetry,
 )
 from hetrl.cost.replica import ReplicaHW, replica_hw
+from hetrl.cost.stragglers import straggler_load
 from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
     PARTS,
@@ -628,13 +629,15 @@ class CostModel:
         steps = wl.optimizer_steps if kind == "training" else 1
         worst: ReplicaCost | None = None
         engine_of, samples, priced = self._engine, wl.samples, self._replica
+        group = wl.responses_per_prompt
         for share, hw in zip(p.data_shares, self.replica_hws(p), strict=True):
-            # replicas on like hardware with equal shares are priced once (``replica_seconds``
-            # shares the memo: the engine holds the layout and hardware)
-            key = (engine_of(kind, shapes, hw), samples * share / steps)
+            # replicas on like hardware with equal shares are priced once (the engine holds the
+            # layout and hardware); each as the slowest of the dp replicas would be
+            n = samples * share / steps
+            key = (engine_of(kind, shapes, hw), n, p.dp)
             rc = priced.get(key)
             if rc is None:
-                rc = priced[key] = key[0].replica(key[1])
+                rc = priced[key] = key[0].replica(n, straggler_load(n, p.dp, self.L, group))
             if worst is None or rc.seconds > worst.seconds:
                 worst = rc
         assert worst is not None

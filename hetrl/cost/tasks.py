@@ -358,12 +358,14 @@ class _ForwardEngine:
                                 for mfpt, afpc, rate, hb, tpl, g, link_eff in stages], dtype=float)
         self.sends = np.array(sends, dtype=float).reshape(len(sends), 3)
 
-    def replica(self, n: float) -> ReplicaCost:
+    def replica(self, n: float, load: float = 1.0) -> ReplicaCost:
+        """``n`` sequences in micro-batches of the engine's size, each micro-batch carrying
+        ``load`` x its mean tokens (:mod:`hetrl.cost.stragglers`: the slowest replica's)."""
         if n <= 0:
             return ReplicaCost(0.0, _parts())
         m, seqs = _micro(n, self.mbs)
         total, compute, hbm, tp, pp, bubble = forward_replica_seconds(
-            self.stages, self.sends, seqs, m, self.L.seq_mean, self.L.seq_sq_mean, self.hidden,
+            self.stages, self.sends, seqs * load, m, self.L.seq_mean, self.L.seq_sq_mean, self.hidden,
             self.value_bytes, self.mult, self.training, not self.training)
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0})
