@@ -26,16 +26,22 @@ import numpy as np
 from hetrl.cost.lengths import LengthStats
 
 
+@lru_cache(maxsize=1)
+def _normal_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x on [-12, 12], the standard normal's density and distribution function there."""
+    x = np.linspace(-12.0, 12.0, 24_001)
+    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = np.array([0.5 * math.erfc(-v / math.sqrt(2.0)) for v in x])
+    return x, phi, cdf
+
+
 @lru_cache(maxsize=4096)
 def expected_max_normal(k: int) -> float:
     """E[max of ``k`` independent N(0, 1)] (``k`` >= 1), by quadrature of
     ``x k phi(x) Phi(x)^(k-1)`` on [-12, 12]; z(2) = 1/sqrt(pi)."""
     if k <= 1:
         return 0.0
-    x = np.linspace(-12.0, 12.0, 24_001)
-    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    cdf = np.cumsum(phi) * (x[1] - x[0])  # Phi on the grid (the mass below -12 is ~1e-33)
-    cdf = np.minimum(cdf / cdf[-1], 1.0)
+    x, phi, cdf = _normal_grid()
     return float(np.trapezoid(x * k * phi * cdf ** (k - 1), x))
 
 
