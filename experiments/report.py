@@ -30,7 +30,9 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "",
         *budget_table(registry, config),
         "",
-        "How converged these budgets are: the default mode's 3,000 evaluations per search are "
+        "How converged these budgets are: the default mode's 3,000 evaluations per search "
+        "(10,000 for fig10: on all 64 GPUs the plans that beat the 48-GPU cluster's come from "
+        "polishing the co-located arm on the fast GPU types, which 3,000 does not reach) are "
         "what fits 15 minutes on 2 cores, not convergence. On the default batch (96 prompts) a "
         "search ten times longer (30,000 evaluations) finds plans 8-47% faster depending on the "
         "job (docs/search.md, \"Budgets and convergence\", with the command that measures it); "

@@ -93,7 +93,8 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
     """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
     best warm-start arm (our addition: the floor the search must not lose to goes on being
     searched), and (``colocated``, our addition) the best of ``together``, the all-co-located
-    grouping's arms on all the GPUs, even if the halving dropped it. With part-of-group
+    grouping's arms (on all the GPUs, or on the part a warm start chose: on a cluster with slow
+    GPU types, co-location on the fast ones), even if the halving dropped it. With part-of-group
     layouts its plans include any side-by-side split of independent tasks, which the polish
     explores and the EA alone rarely reaches, so the loss the halving ranks it by (the EA's)
     understates it (docs/search.md); it comes first."""
@@ -279,9 +280,10 @@ class _SHABase(Scheduler):
         if opts.screening:
             self._screen(ev, level1, int(total * opts.screening_fraction), rng, info)
         alive = list(level1)
-        # the co-located grouping's arms on all the GPUs (the halving may drop them; one is a
-        # finalist all the same, see choose_finalists)
-        together = [a for a in level1[0].arms if len(a.groups) == 1 and sum(a.sizes) == n]
+        # the co-located grouping's arms: on all the GPUs, and on the GPUs a warm start chose
+        # (the fastest types, the best-connected regions) -- the halving may drop them; the best
+        # is a finalist all the same, see choose_finalists
+        together = [a for a in level1[0].arms if len(a.groups) == 1]
         spent0 = ev.evaluations
         # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
         # paper64 at 60 s, the polish's kicked passes being where its best plans come from)
