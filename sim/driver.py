@@ -146,7 +146,7 @@ def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iteration
         meta.update(workload_spec=workload.to_dict(), cluster_spec=cluster.to_dict(),
                     plan=plan.to_dict())
     trace = Trace("sim", workload.name, cluster.name, tuple(spans), tuple(its), meta)
-    return SimResult(trace, _metrics(trace, sims, iterations, log, cluster), log)
+    return SimResult(trace, _metrics(trace, sims, iterations, log, cluster, workload), log)
 
 
 def _apply(sim: Simulation, e, inverse: dict[int, int], delay: float, spans: list[Span]):
@@ -163,10 +163,24 @@ def _apply(sim: Simulation, e, inverse: dict[int, int], delay: float, spans: lis
                       {"detail": str(e.regions or e.slowdown)}))
 
 
+def steady_iterations(secs: list[float], period: int) -> list[float]:
+    """The iteration times (seconds) that the steady-state mean ``iteration_s`` averages: those
+    after the first (which fills the pipeline). In async mode (``period`` = staleness + 1) a
+    group sharing GPUs between generation and the other tasks runs in periods of k + 1
+    iterations (the next k generations take the GPUs first), and the last iteration has no later
+    generation to compete with: where a whole period is left, the last is dropped and the rest
+    cut to whole periods (docs/simulator.md)."""
+    after = secs[1:] if len(secs) > 1 else list(secs)
+    if period > 1 and len(after) > period:
+        after = after[:-1]
+        after = after[: len(after) // period * period]
+    return after
+
+
 def _metrics(trace: Trace, sims: list[Simulation], iterations: int, log: FaultLog,
-             cluster: ClusterSpec) -> dict[str, Any]:
+             cluster: ClusterSpec, workload: WorkloadSpec) -> dict[str, Any]:
     secs = trace.iteration_seconds()
-    steady = secs[1:] if len(secs) > 1 else secs
+    steady = steady_iterations(secs, 1 + (workload.staleness if workload.mode == "async" else 0))
     tasks = trace.task_seconds()
     per_iteration = []
     for i, (start, end) in enumerate(trace.iterations):

@@ -206,3 +206,26 @@ def test_random_plans_keep_the_invariants(case):
     starts = [a for a, _ in s.iterations]
     ends = [b for _, b in s.iterations]
     assert all(b > a for a, b in s.iterations) and ends == sorted(ends) and starts[0] == 0.0
+
+
+def test_steady_iterations_are_whole_async_periods():
+    from sim.driver import steady_iterations
+    secs = [35.5, 11.2, 34.5, 11.3, 23.0]
+    assert steady_iterations(secs, 1) == secs[1:]  # sync: the mean after the first
+    assert steady_iterations(secs, 2) == [11.2, 34.5]  # the tail left out, whole periods
+    assert steady_iterations(secs[:4], 2) == [11.2, 34.5]
+    assert steady_iterations(secs[:3], 2) == [11.2, 34.5]  # no period left after the tail
+    assert steady_iterations([4.0], 2) == [4.0]
+
+
+def test_async_shared_gpus_steady_state_does_not_depend_on_the_iteration_count():
+    """One group holding every task in async mode runs in periods of k + 1 iterations; the
+    steady-state mean must not swing with where the run stops."""
+    wl = tiny_workload(n_prompts=2, responses=4, mode="async", staleness=1, **VARIED)
+    cluster = one_node(1)
+    plan = colocated_plan(wl, cluster)
+    means = [simulate(plan, wl, cluster, n, seed=3).iteration_s for n in (4, 5, 6, 8)]
+    assert max(means) / min(means) < 1.05, means
+    # and a period is long + short: the mean after the first alone would be off
+    secs = simulate(plan, wl, cluster, 5, seed=3).metrics["iterations"]
+    assert abs(np.mean(secs[1:]) - means[1]) > 0.02 * means[1]
