@@ -534,6 +534,10 @@ class Arm:
     def in_first_polish(self) -> bool:
         return self.polisher.in_first_polish
 
+    @property
+    def polish_done_once(self) -> bool:
+        return self.polisher.done_once
+
     def _adopt(self, state: list) -> None:
         """Put the polish's best genotype into the population in place of the worst."""
         best_f, best = state

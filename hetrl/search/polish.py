@@ -348,6 +348,11 @@ class Polisher:
         return self._polisher is not None and math.isnan(self._polished_best)
 
     @property
+    def done_once(self) -> bool:
+        """Whether a polish pass has finished."""
+        return not math.isnan(self._polished_best)
+
+    @property
     def polishing(self) -> bool:
         """Whether a polish pass is in progress (stopped at a cap, resumed by the next call)."""
         return self._polisher is not None

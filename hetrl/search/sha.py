@@ -92,22 +92,28 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
                      count: int = 3, warm: list[Arm] = ()) -> list[Arm]:
     """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
     best warm-start arm (our addition: the floor the search must not lose to goes on being
-    searched), and (``colocated``, our addition) the best of ``together``, the all-co-located
-    grouping's arms (on all the GPUs, or on the part a warm start chose: on a cluster with slow
-    GPU types, co-location on the fast ones), even if the halving dropped it. With part-of-group
-    layouts its plans include any side-by-side split of independent tasks, which the polish
-    explores and the EA alone rarely reaches, so the loss the halving ranks it by (the EA's)
-    understates it (docs/search.md); it comes first."""
+    searched), and (``colocated``, our addition) from ``together``, the all-co-located
+    grouping's arms, the best on all the GPUs and the best on part of them (a warm start's
+    fast GPU types or regions), even if the halving dropped them. With part-of-group layouts
+    their plans include any side-by-side split of independent tasks, which the polish
+    explores and the EA alone rarely reaches, so the loss the halving ranks them by (the EA's)
+    understates them (docs/search.md); they come first, the better first. Which of the two
+    polishes to the better plan is not known beforehand: on hetero24 all 24 GPUs do, on paper64
+    the 48 fast ones (the final phase polishes them one after the other)."""
     out = sorted((a for l1 in alive for a in l1.arms), key=lambda a: a.best)[:count]
     best_warm = min(warm, key=lambda a: a.best, default=None)
     if best_warm is not None and best_warm not in out and math.isfinite(best_warm.best):
         out.append(best_warm)
     if colocated and together:
-        best = min(together, key=lambda a: a.best)
-        if best not in out and math.isfinite(best.best):
-            # first in the round robin: its polish call must not find the final phase spent
-            # by the others' (docs/search-history.md, "Notes moved from the code")
-            out.insert(0, best)
+        size = max(sum(a.sizes) for a in together)
+        firsts = [min((a for a in together if part == (sum(a.sizes) < size)),
+                      key=lambda a: a.best, default=None) for part in (False, True)]
+        firsts = sorted((a for a in firsts if a is not None), key=lambda a: a.best)
+        for best in reversed(firsts):
+            if best is not None and best not in out and math.isfinite(best.best):
+                # first in the round robin: its polish call must not find the final phase spent
+                # by the others' (docs/search-history.md, "Notes moved from the code")
+                out.insert(0, best)
     return out
 
 
@@ -485,6 +491,16 @@ class _SHABase(Scheduler):
         after each turn the worse half of the finalists is dropped."""
         polish = opts.polish
 
+        def colocated(arm: Arm) -> bool:
+            return polish and len(arm.groups) == 1
+
+        def waiting(arm: Arm) -> bool:
+            """A co-located finalist whose first polish waits for another's to finish (two
+            polishing at once would halve each one's share; the better-scored goes first)."""
+            return (colocated(arm) and not arm.polish_done_once and not arm.in_first_polish
+                    and any(a is not arm and colocated(a) and a.in_first_polish
+                            for a in finalists))
+
         def cap() -> int:
             """A third of the budget; with a time budget, of the evaluations the measured rate
             so far projects to the end (the warm-up's estimate can be far off either way)."""
@@ -497,7 +513,7 @@ class _SHABase(Scheduler):
         try:
             while not ev.exhausted():
                 for arm in finalists:
-                    if polish and arm.polish_pending():
+                    if polish and arm.polish_pending() and not waiting(arm):
                         # our addition: coordinate descent on levels 4-5 from the arm's best
                         # (see Arm.polish), started if the budget affords a whole pass or once
                         # the arm's EA has stalled (``stall_steps``, 0: at once); a pass
@@ -509,12 +525,13 @@ class _SHABase(Scheduler):
                     arm.run(ev, 32)
                 if opts.final_halving and len(finalists) > 1:
                     ranked = sorted(finalists, key=lambda a: a.best)
-                    # the co-located arm is a finalist because its EA's loss understates it
+                    # a co-located arm is a finalist because its EA's loss understates it
                     # until the polish has split its tasks: it stays while its first pass runs
-                    # (docs/search-history.md, "Notes moved from the code")
+                    # or waits for the other's (docs/search-history.md, "Notes moved from the
+                    # code")
                     finalists = ranked[: len(ranked) // 2] + [
                         a for a in ranked[len(ranked) // 2:]
-                        if polish and len(a.groups) == 1 and a.in_first_polish]
+                        if colocated(a) and (a.in_first_polish or waiting(a))]
         except BudgetExhausted:
             pass
 

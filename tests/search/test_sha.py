@@ -534,8 +534,8 @@ def test_converged_polish_goes_on_from_a_kicked_best(small_workload, small_clust
 
 
 class _FakeArm:
-    def __init__(self, best):
-        self.best = best
+    def __init__(self, best, sizes=(8,)):
+        self.best, self.sizes = best, sizes
 
 
 def test_finalists_keep_the_best_colocated_arm_and_the_best_warm_arm():
@@ -560,6 +560,10 @@ def test_finalists_keep_the_best_colocated_arm_and_the_best_warm_arm():
         0.5, 1.0, 2.0]
     together.arms = [_FakeArm(float("inf"))]  # nothing feasible found: not kept
     assert len(choose_finalists(alive, together.arms)) == 3
+    # co-located on part of the GPUs (a warm start's fast types): the best such arm is kept
+    # beside the best on all of them, the better first (it polishes first)
+    together.arms = [_FakeArm(9.0), _FakeArm(8.0), _FakeArm(6.5, (6,)), _FakeArm(7.5, (4,))]
+    assert [a.best for a in choose_finalists(alive, together.arms)] == [6.5, 8.0, 1.0, 2.0, 3.0]
 
 
 class _Clock:
