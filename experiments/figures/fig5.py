@@ -20,6 +20,8 @@ INSTANCES = {  # cluster -> searches (the ILP only where its candidate space is 
     "hetero24-two-region": ("hetrl", "hetrl-no-warm-start", "ilp", "verl", "deap", "hetrl-simple"),
     "paper64-multi-country": ("hetrl", "hetrl-no-warm-start", "verl", "deap", "hetrl-simple"),
 }
+#: one colour per search in every panel
+COLOURS = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(s for ss in INSTANCES.values() for s in ss))}
 #: searches that are a scheduler with options (the others are a scheduler by its own name)
 VARIANTS = {"hetrl-no-warm-start": ("hetrl", {"warm_start": False})}
 
@@ -52,7 +54,8 @@ class Fig5(Figure):
         fig, axes = plt.subplots(1, len(clusters), figsize=(5.5 * len(clusters), 3.8), squeeze=False)
         for ax, cl in zip(axes[0], clusters, strict=True):
             sub = table[table["cluster"] == cl]
-            horizon = float(sub["seconds"].max())
+            # (the ILP prices its candidates before it solves: its plan can land past the budget)
+            horizon = float(max(sub["seconds"].max(), sub["elapsed_s"].max()))
             grid = np.linspace(0, horizon, 60)
             for s in dict.fromkeys(sub["scheduler"]):
                 curves = []
@@ -65,13 +68,14 @@ class Fig5(Figure):
                 seen = np.isfinite(c).any(axis=0)  # grid points where some seed has a plan
                 mean = np.full(grid.shape, np.nan)
                 mean[seen] = np.nanmean(c[:, seen], axis=0)
-                ax.step(grid, mean, where="post", label=s)
+                ax.step(grid, mean, where="post", label=s, color=COLOURS.get(s))
                 if len(curves) > 1 and seen.any():
                     lo, hi = np.full(grid.shape, np.nan), np.full(grid.shape, np.nan)
                     lo[seen], hi[seen] = np.nanmin(c[:, seen], axis=0), np.nanmax(c[:, seen], axis=0)
-                    ax.fill_between(grid, lo, hi, step="post", alpha=0.2)
+                    ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=COLOURS.get(s))
             ax.set_xlabel("wall-clock seconds")
-            ax.set_ylabel("best iteration time (s, cost model)")
+            ax.set_ylabel("best iteration time (s, cost model, log)")
+            ax.set_yscale("log")  # DEAP's first plans are 10-30x the best ones
             ax.set_title(cl, fontsize=9)
             ax.legend(fontsize=7)
         fig.suptitle(self.title)
