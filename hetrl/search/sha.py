@@ -110,7 +110,7 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
                       key=lambda a: a.best, default=None) for part in (False, True)]
         firsts = sorted((a for a in firsts if a is not None), key=lambda a: a.best)
         for best in reversed(firsts):
-            if best is not None and best not in out and math.isfinite(best.best):
+            if best not in out and math.isfinite(best.best):
                 # first in the round robin: its polish call must not find the final phase spent
                 # by the others' (docs/search-history.md, "Notes moved from the code")
                 out.insert(0, best)
@@ -288,7 +288,7 @@ class _SHABase(Scheduler):
         alive = list(level1)
         # the co-located grouping's arms: on all the GPUs, and on the GPUs a warm start chose
         # (the fastest types, the best-connected regions) -- the halving may drop them; the best
-        # is a finalist all the same, see choose_finalists
+        # on all GPUs and the best on part of them are finalists all the same (choose_finalists)
         together = [a for a in level1[0].arms if len(a.groups) == 1]
         spent0 = ev.evaluations
         # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
