@@ -50,11 +50,32 @@ def load_params(path: str | None, cluster=None):
     return params
 
 
+#: Exit code of ``hetrl estimate`` for a plan that does not fit: answered, and the answer is
+#: "infeasible" (2 is bad input; docs/cost-model.md, "Infeasible plans").
+EXIT_INFEASIBLE = 3
+
+
+def estimate_record(est) -> dict:
+    """``est.to_dict()`` as ``hetrl estimate --json`` prints it: for a plan that does not fit,
+    ``iteration_s`` and the throughputs are null, and the times computed with memory ignored
+    move to ``iteration_s_ignoring_memory`` and ``throughput_*_ignoring_memory``."""
+    data = est.to_dict()
+    if not est.feasible:
+        for key in ("iteration_s", "throughput_samples_per_s", "throughput_tokens_per_s"):
+            data[f"{key}_ignoring_memory"] = data[key]
+            data[key] = None
+    return data
+
+
 def _format(est, workload, cluster) -> str:
-    lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
-             f"({est.throughput_samples_per_s:.2f} samples/s, "
-             f"{est.throughput_tokens_per_s:,.0f} tokens/s)"
-             + ("" if est.feasible else "  ** INFEASIBLE **")]
+    if est.feasible:
+        lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
+                 f"({est.throughput_samples_per_s:.2f} samples/s, "
+                 f"{est.throughput_tokens_per_s:,.0f} tokens/s)"]
+    else:
+        first = est.violations[0] if est.violations else "does not fit"
+        lines = [f"INFEASIBLE: {workload.name} on {cluster.name}: {first}",
+                 f"  ignoring memory it would take {est.iteration_s:.2f} s per iteration"]
     lines.append(f"  {'task':<21}{'seconds':>10}   breakdown")
     for task, seconds in est.tasks.items():
         parts = est.parts.get(task, {})
@@ -71,8 +92,8 @@ def _format(est, workload, cluster) -> str:
     return "\n".join(lines)
 
 
-@command("estimate", "estimate one iteration of a plan with the analytical cost model",
-         _estimate_args)
+@command("estimate", "estimate one iteration of a plan with the analytical cost model (exit 3: "
+         "the plan does not fit)", _estimate_args)
 def cmd_estimate(args: argparse.Namespace) -> int:
     from hetrl.cost.model import CostModel
     from hetrl.io import load_cluster, load_plan, load_workload, save_plan
@@ -91,8 +112,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan(args.plan, workload, cluster)
     est = CostModel(workload, cluster, params).estimate(plan)
-    emit(args, est.to_dict(), _format(est, workload, cluster))
-    return 0
+    emit(args, estimate_record(est), _format(est, workload, cluster))
+    return 0 if est.feasible else EXIT_INFEASIBLE
 
 
 def _bound_args(p: argparse.ArgumentParser) -> None:

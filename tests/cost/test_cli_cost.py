@@ -57,6 +57,26 @@ def test_estimate_text(capsys):
         assert task in out
 
 
+def test_estimate_of_a_plan_that_does_not_fit_says_infeasible_and_exits_3(capsys):
+    """Every task on every A100 at tp 1 needs 166 GB per GPU: answered, "infeasible"."""
+    argv = [*BASE, "--colocate", "--tp", "1"]
+    code, out, err = run(capsys, *argv)
+    assert code == 3 and err == ""
+    first, second = out.splitlines()[:2]
+    assert first.startswith("INFEASIBLE: qwen3-8b-ppo-sync on a100x8: device 0 (A100-80GB): needs")
+    assert "ignoring memory" in second
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 3
+    d = json.loads(out)
+    wl, cluster = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("a100x8")
+    est = CostModel(wl, cluster).estimate(colocated_plan(wl, cluster, tp=1))
+    assert d["feasible"] is False and d["violations"] == list(est.violations)
+    assert d["iteration_s"] is None and d["throughput_samples_per_s"] is None
+    assert d["iteration_s_ignoring_memory"] == pytest.approx(est.iteration_s, rel=1e-12)
+    assert d["throughput_samples_per_s_ignoring_memory"] == pytest.approx(
+        est.throughput_samples_per_s, rel=1e-12)
+
+
 def test_estimate_saved_plan_matches_colocate(capsys, tmp_path):
     plan_file = tmp_path / "plan.json"
     colo = run_json(capsys, *BASE, "--colocate", "--tp", "2", "--pp", "2",
@@ -74,9 +94,12 @@ def test_estimate_hand_written_plan(capsys, tmp_path):
                                      [4, 5, 6, 7], 4)])
     path = tmp_path / "plan.yaml"
     save_plan(plan, path)
-    d = run_json(capsys, *BASE, "--plan", str(path))
+    code, out, err = run(capsys, *BASE, "--plan", str(path), "--json")
+    d = json.loads(out)
     est = CostModel(wl, cluster).estimate(plan)
-    assert d["iteration_s"] == pytest.approx(est.iteration_s, rel=1e-12)
+    # five tasks of two 8B models on 4 GPUs do not fit: answered "infeasible" (exit 3)
+    assert not est.feasible and code == 3, err
+    assert d["iteration_s_ignoring_memory"] == pytest.approx(est.iteration_s, rel=1e-12)
     assert d["tasks"]["weight_sync"] > 0  # generation and training on different GPUs
 
 
