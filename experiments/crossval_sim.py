@@ -42,6 +42,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pandas as pd  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -146,11 +147,10 @@ def evaluate(job: dict[str, Any], iterations_sync: int, iterations_async: int) -
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:
-    """Spearman's rank correlation: Pearson's on average ranks (no scipy needed)."""
+    """Spearman's rank correlation (``scipy.stats.spearmanr``; NaN below 3 pairs)."""
     if len(a) < 3:
         return float("nan")
-    ranks = pd.DataFrame({"a": a.to_numpy(), "b": b.to_numpy()}).rank()
-    return float(ranks.corr().iloc[0, 1])
+    return float(spearmanr(a.to_numpy(), b.to_numpy()).statistic)
 
 
 def summary(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:

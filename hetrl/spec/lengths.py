@@ -15,11 +15,16 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.special import softmax
 
 from hetrl.errors import SpecError, require
 
 KINDS = ("fixed", "uniform", "truncnorm")
 MAX_TOKENS = 1 << 20
+#: truncnorm's std, tokens: below, the mean is a step function of the location; above, the
+#: variance overflows (a std of 1e9 is already uniform over any supported range)
+STD_RANGE = (1e-6, 1e9)
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,12 @@ class LengthDist:
                     f"must be (min+max)/2 = {(self.min + self.max) / 2} for kind 'uniform'")
         if self.kind == "truncnorm":
             require(self.std > 0, "length.std", self.std, "must be > 0 for kind 'truncnorm'")
+            require(STD_RANGE[0] <= self.std <= STD_RANGE[1], "length.std", self.std,
+                    f"must be in [{STD_RANGE[0]:g}, {STD_RANGE[1]:g}] tokens")
             if self.min < self.max:
                 require(self.min < self.mean < self.max, "length.mean", self.mean,
                         f"must lie strictly inside (min={self.min}, max={self.max})")
+            _pmf(self)  # the truncated moments must be computable: say so now, by field
 
     @classmethod
     def fixed(cls, tokens: int) -> LengthDist:
@@ -130,11 +138,31 @@ class LengthDist:
 
 
 def _normal_weights(support: np.ndarray, loc: float, std: float) -> np.ndarray:
-    # Log-weights relative to the support point nearest loc, in a cancellation-free form, so
-    # the far tail (loc well outside [min, max]) keeps its shape instead of underflowing.
+    """A normal's density at the support points, normalised over them: a softmax of the
+    log-density relative to the support point nearest ``loc``, written without cancellation
+    (-(x - ref)(x + ref - 2 loc) / 2 std^2), so that a location far outside [min, max] keeps
+    the tail's shape instead of underflowing to 0 / 0 or rounding the points together."""
     ref = min(max(loc, support[0]), support[-1])
-    w = np.exp(-(support - ref) * (support + ref - 2 * loc) / (2 * std * std))
-    return w / w.sum()
+    return softmax(-(support - ref) * (support + ref - 2 * loc) / (2 * std * std))
+
+
+def _solved_loc(support: np.ndarray, dist: LengthDist) -> float:
+    """The underlying normal's location whose truncation to the support has mean
+    ``dist.mean`` (the truncated mean is increasing in the location; Brent's method). A mean
+    within d of an end needs a location about std^2 / d beyond that end."""
+    var = dist.std * dist.std
+    lo = dist.min - 20 * dist.std - dist.max - var / (dist.mean - dist.min)
+    hi = 2 * dist.max + 20 * dist.std + var / (dist.max - dist.mean)
+
+    def excess(loc: float) -> float:
+        return float(np.dot(support, _normal_weights(support, loc, dist.std))) - dist.mean
+
+    try:
+        return brentq(excess, lo, hi, xtol=1e-12, rtol=4 * np.finfo(float).eps, maxiter=500)
+    except (ValueError, RuntimeError):  # no sign change or no convergence in floating point
+        raise SpecError("length.mean", dist.mean,
+                        f"no truncated normal with std {dist.std} in [{dist.min}, {dist.max}] "
+                        f"has this mean in floating point: raise std") from None
 
 
 @lru_cache(maxsize=256)
@@ -147,18 +175,13 @@ def _pmf(dist: LengthDist) -> np.ndarray:
     elif dist.kind == "uniform":
         out = np.full(n, 1.0 / n)
     else:
-        # Solve loc so that the truncated mean equals dist.mean (mean is monotone in loc).
-        # A mean within d of an end needs loc about std^2 / d beyond that end.
-        var = dist.std * dist.std
-        lo = dist.min - 20 * dist.std - dist.max - var / (dist.mean - dist.min)
-        hi = 2 * dist.max + 20 * dist.std + var / (dist.max - dist.mean)
-        for _ in range(100):
-            mid = 0.5 * (lo + hi)
-            if float(np.dot(support, _normal_weights(support, mid, dist.std))) < dist.mean:
-                lo = mid
-            else:
-                hi = mid
-        out = _normal_weights(support, 0.5 * (lo + hi), dist.std)
+        out = _normal_weights(support, _solved_loc(support, dist), dist.std)
+        mean = float(np.dot(support, out))
+        # a std far below one token makes the mean a near-step function of the location: say
+        # so rather than model another mean
+        require(abs(mean - dist.mean) <= 1e-6 * dist.max, "length.mean", dist.mean,
+                f"cannot be reached by integer lengths with std {dist.std} in "
+                f"[{dist.min}, {dist.max}] (the nearest is {mean:.6g}): raise std")
     out.setflags(write=False)
     return out
 

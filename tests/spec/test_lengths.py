@@ -38,6 +38,16 @@ def test_truncnorm_mean_is_the_requested_mean(frac, std, lo, span):
     assert float(np.dot(dist.support(), pmf)) == pytest.approx(mean, abs=1e-6)
 
 
+@pytest.mark.parametrize("mean,std", [(1023.9999, 0.001), (1023.999999999, 1e-6), (16.0000001, 1e-6)])
+def test_truncnorm_mean_a_hair_from_an_end_with_a_tiny_std(mean, std):
+    # Regression: the hand-normalised weights went 0/0 (NaN) while the location was solved and
+    # the pmf ended on the wrong token count; estimate then priced ~0 s per iteration.
+    dist = LengthDist(mean=mean, max=1024, min=16, std=std)
+    pmf = dist.pmf()
+    assert np.isfinite(pmf).all() and pmf.sum() == pytest.approx(1.0, abs=1e-12)
+    assert float(np.dot(dist.support(), pmf)) == pytest.approx(mean, abs=1e-3)
+
+
 def test_truncnorm_mean_near_the_minimum_with_wide_std():
     # Regression: the latent location's search bracket used to be too narrow here (20.03).
     dist = LengthDist(mean=20, max=1024, min=16, std=127)
@@ -111,6 +121,9 @@ def test_round_trip():
     ({"mean": 1024, "max": 1024, "std": 5}, "response_length.mean", "strictly inside"),
     ({"mean": 512}, "response_length.max", "is required"),
     ({"mean": 512, "max": 1024, "std": 5, "p99": 900}, "response_length.p99", "unknown key"),
+    ({"mean": 512, "max": 1024, "std": 1e-300}, "response_length.std", "must be in [1e-06, 1e+09]"),
+    ({"mean": 512, "max": 1024, "std": 1e300}, "response_length.std", "must be in [1e-06, 1e+09]"),
+    ({"mean": 500.5, "max": 1024, "std": 1e-6}, "response_length.mean", "cannot be reached"),
 ])
 def test_bad_values_are_rejected_with_the_field(data, field, problem):
     with pytest.raises(SpecError) as err:
