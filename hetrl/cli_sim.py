@@ -49,7 +49,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()))
     m = result.metrics
     lines = [f"{workload.name} on {cluster.name}: {m['iteration_s']:.2f} s per iteration "
-             f"(mean after the first; {m['completed_iterations']}/{m['requested_iterations']} done)",
+             f"(steady state; {m['completed_iterations']}/{m['requested_iterations']} done)",
              "  iterations: " + ", ".join(f"{x:.2f}" for x in m["iterations"])]
     lines += [f"  {t:<21}{s:>10.2f} s" for t, s in m["tasks"].items()]
     f = result.faults

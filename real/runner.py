@@ -369,7 +369,9 @@ class RealRun:
         """Final rewards and the training inputs (advantages, returns, reference log-probs)."""
         rule = torch.tensor([self.reward(self.tok.decode(r), p) for r, p in zip(responses, probs, strict=True)],
                             dtype=torch.float32)
-        score = rule + self.config.reward_model_coef * inf["reward_inference"].float()
+        score = rule
+        if "reward_inference" in inf:  # a reward model (reward: model) adds its score
+            score = score + self.config.reward_model_coef * inf["reward_inference"].float()
         mask = batch.response_mask.float()
         extras = {"ref_logp": inf["reference_inference"]}
         if self.workload.algorithm == "grpo":

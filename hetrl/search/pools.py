@@ -69,6 +69,8 @@ def verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[lis
     else:
         pool_a = ("actor_generation",)
     pool_b = tuple(t for t in tasks if t not in pool_a)
+    if not pool_b:  # e.g. GRPO with a rule reward: the split leaves nothing for a second pool
+        return out
     for k in range(node, n, node):
         out.append([(pool_a, tuple(range(k))), (pool_b, tuple(range(k, n)))])
     return out

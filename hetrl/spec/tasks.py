@@ -1,7 +1,8 @@
 """The RL workflow's tasks and their dependencies, derived from the algorithm.
 
 PPO: actor generation -> {reward, reference, critic inference} -> {actor, critic training}.
-GRPO drops the critic (tasks critic_inference and critic_training). Weight sync (actor training
+GRPO drops the critic (tasks critic_inference and critic_training); a rule reward (``reward:
+rule``) drops the reward model (reward_inference). Weight sync (actor training
 -> generation engine) is a cost item of every plan, not a task with devices of its own.
 """
 
@@ -23,6 +24,9 @@ WEIGHT_SYNC = "weight_sync"
 REPORTED_TASKS = TASK_NAMES + (WEIGHT_SYNC,)
 
 ALGORITHMS = ("ppo", "grpo")
+#: Where rewards come from: a reward model (the ``reward_inference`` task) or a rule (an answer
+#: checker, as most GSM8K/math GRPO recipes: scoring is CPU work, priced as negligible).
+REWARDS = ("model", "rule")
 KINDS = ("generation", "inference", "training")
 
 
@@ -50,15 +54,20 @@ _ALL = {
 }
 
 
-@lru_cache(maxsize=8)
-def tasks_for(algorithm: str) -> tuple[TaskInfo, ...]:
-    """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks."""
+@lru_cache(maxsize=16)
+def tasks_for(algorithm: str, reward: str = "model") -> tuple[TaskInfo, ...]:
+    """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks
+    (``reward`` "rule": no reward model, so no ``reward_inference``)."""
     if algorithm == "ppo":
         names = TASK_NAMES
     elif algorithm == "grpo":
         names = tuple(n for n in TASK_NAMES if "critic" not in n)
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}")
+    if reward == "rule":
+        names = tuple(n for n in names if n != "reward_inference")
+    elif reward != "model":
+        raise ValueError(f"unknown reward {reward!r}")
     present = set(names)
     return tuple(
         TaskInfo(t.name, t.role, t.kind, tuple(d for d in t.depends_on if d in present), t.stage)
@@ -66,7 +75,8 @@ def tasks_for(algorithm: str) -> tuple[TaskInfo, ...]:
     )
 
 
-def roles_for(algorithm: str) -> tuple[str, ...]:
-    """Model roles used by ``algorithm`` (GRPO has no critic)."""
-    return ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
+def roles_for(algorithm: str, reward: str = "model") -> tuple[str, ...]:
+    """Model roles used by ``algorithm`` (GRPO has no critic; a rule reward no reward model)."""
+    roles = ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
         "actor", "reference", "reward")
+    return tuple(r for r in roles if r != "reward" or reward == "model")

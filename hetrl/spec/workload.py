@@ -11,7 +11,7 @@ from typing import Any
 from hetrl.errors import SpecError, positive_int, require
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape, resolve_model
-from hetrl.spec.tasks import ALGORITHMS, TaskInfo, roles_for, tasks_for
+from hetrl.spec.tasks import ALGORITHMS, REWARDS, TaskInfo, roles_for, tasks_for
 
 MODES = ("sync", "async")
 PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -30,6 +30,8 @@ class WorkloadSpec:
     the sequences a generation replica decodes at once (vLLM ``max_num_seqs``).
     ``optimizer_steps`` is PPO mini-batches (optimizer updates) per iteration.
     ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
+    ``reward`` is "model" (a reward model scores the responses: ``reward_inference``) or "rule"
+    (an answer checker on the CPU, priced as negligible: no reward model, no such task).
     """
 
     name: str
@@ -48,6 +50,7 @@ class WorkloadSpec:
     gen_max_concurrency: int = 256
     optimizer_steps: int = 1
     recompute: bool = False
+    reward: str = "model"
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -63,11 +66,15 @@ class WorkloadSpec:
         else:
             positive_int("staleness", self.staleness)
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
+        require(self.reward in REWARDS, "reward", self.reward, f"must be one of {list(REWARDS)}")
         roles = [r for r, _ in self.models]
-        need = roles_for(self.algorithm)
+        need = roles_for(self.algorithm, self.reward)
         for role in need:
             require(role in roles, f"models.{role}", None, f"is required for {self.algorithm}")
         for role in roles:
+            if role == "reward" and self.reward == "rule":
+                require(False, "models.reward", role,
+                        "is not used with reward: rule (the rule scores the responses)")
             require(role in need, f"models.{role}", role,
                     f"is not a role of {self.algorithm}; roles: {list(need)}")
         require(len(set(roles)) == len(roles), "models", roles, "each role at most once")
@@ -102,7 +109,7 @@ class WorkloadSpec:
 
     @property
     def tasks(self) -> tuple[TaskInfo, ...]:
-        return tasks_for(self.algorithm)
+        return tasks_for(self.algorithm, self.reward)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -151,6 +158,7 @@ class WorkloadSpec:
             "gen_max_concurrency": self.gen_max_concurrency,
             "optimizer_steps": self.optimizer_steps,
             "recompute": self.recompute,
+            "reward": self.reward,
         }
 
     @classmethod
@@ -167,8 +175,10 @@ class WorkloadSpec:
         algorithm = data["algorithm"]
         require(algorithm in ALGORITHMS, "algorithm", algorithm, f"must be one of {list(ALGORITHMS)}")
         per_role: dict[str, Any] = {}
+        reward = data.get("reward", "model")
+        require(reward in REWARDS, "reward", reward, f"must be one of {list(REWARDS)}")
         if "model" in data:
-            per_role = {role: data["model"] for role in roles_for(algorithm)}
+            per_role = {role: data["model"] for role in roles_for(algorithm, reward)}
         given = data.get("models") or {}
         require(isinstance(given, Mapping), "models", given, "must be a mapping role -> model")
         per_role.update(given)

@@ -170,3 +170,22 @@ def test_a_replica_without_sequences_is_a_clear_error():
     run = RealRun(wl, cl, plan.with_placement(gen))  # no Ray until run()
     with pytest.raises(SpecError, match=r"placements\[actor_generation\]\.data_weights"):
         run._split("actor_generation", wl.samples)
+
+
+def test_a_rule_reward_job_runs_without_a_reward_model():
+    """reward: rule -- no reward model on any worker, no reward_inference task; the rule alone
+    scores the responses and the trace has no reward span."""
+    from hetrl.plan import Plan, TaskGroup
+
+    base = workload_preset("tiny-grpo-sync")
+    wl = base.with_(name="tiny-grpo-rule", reward="rule",
+                    models=tuple((r, m) for r, m in base.models if r != "reward"))
+    cl = cluster_preset("tiny4-single-region")
+    full = load_plan(EXAMPLES / "plan-tiny-grpo-tiny4.yaml")
+    plan = Plan(tuple(TaskGroup(tuple(t for t in g.tasks if t != "reward_inference"), g.devices)
+                      for g in full.groups if set(g.tasks) != {"reward_inference"}),
+                tuple(p for p in full.placements if p.task != "reward_inference"))
+    res = run_plan(wl, cl, plan, RunConfig(iterations=2, reward="target-byte", seed=2))
+    assert not res.trace.spans_of("task", "reward_inference")
+    assert len(res.trace.spans_of("task", "actor_training")) == 2
+    assert res.trace.task_seconds()["actor_training"] > 0

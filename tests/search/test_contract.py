@@ -92,3 +92,15 @@ def test_wall_clock_budget_is_respected(name, small_workload, small_cluster):
     # These schedulers search until the budget is spent; they stop within a small tolerance.
     assert 1.9 <= result.elapsed_s <= wall
     assert wall < 4.0, f"{name} ran {wall:.2f} s on a 2 s budget"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_scheduler_plans_a_rule_reward_job(name, small_workload, small_cluster):
+    """With a rule reward there is no reward model and no reward_inference task (fewer tasks
+    than any preset): every scheduler still returns a valid plan of the tasks there are."""
+    wl = small_workload.with_(reward="rule", models=tuple(
+        (r, m) for r, m in small_workload.models if r != "reward"))
+    result = get_scheduler(name).search(wl, small_cluster, Budget(evaluations=BUDGET_EVALS, seed=1))
+    validate(result.plan, wl, small_cluster)
+    assert {p.task for p in result.plan.placements} == set(wl.task_names)
+    assert result.estimate.feasible and result.estimate.tasks["reward_inference"] == 0.0

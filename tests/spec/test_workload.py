@@ -180,3 +180,24 @@ def test_with_revalidates(ppo8b):
     assert ppo8b.with_(batch_prompts=64).samples == 512
     with pytest.raises(SpecError, match="staleness"):
         ppo8b.with_(staleness=3)
+
+
+def test_a_rule_reward_has_no_reward_model_and_no_reward_task():
+    data = {"algorithm": "grpo", "reward": "rule", "model": "Qwen3-8B", "batch_prompts": 8,
+            "responses_per_prompt": 4, "prompt_length": 64, "response_length": 64}
+    wl = WorkloadSpec.from_dict(data)
+    assert wl.task_names == ("actor_generation", "reference_inference", "actor_training")
+    assert [r for r, _ in wl.models] == ["actor", "reference"]
+    assert wl.task("actor_training").depends_on == ("reference_inference",)
+    assert WorkloadSpec.from_dict(wl.to_dict()) == wl
+    ppo = WorkloadSpec.from_dict({**data, "algorithm": "ppo"})
+    assert "reward_inference" not in ppo.task_names and "critic_inference" in ppo.task_names
+    # the default is a reward model, as in the paper's jobs
+    assert "reward_inference" in WorkloadSpec.from_dict({**data, "reward": "model"}).task_names
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**{k: v for k, v in data.items() if k != "model"},
+                                "models": {"actor": "Qwen3-8B", "reward": "Qwen3-8B"}})
+    assert err.value.field == "models.reward" and "reward: rule" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**data, "reward": "llm-judge"})
+    assert err.value.field == "reward" and "['model', 'rule']" in str(err.value)
