@@ -75,9 +75,9 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
 @command("calibrate", "fit the cost model's efficiency factors and decode overhead to measured "
          "traces", _calibrate_args)
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hetrl.calibrate import fit_params, format_result, load_runs, result_json
     from hetrl.cli_cost import load_params
     from hetrl.io import dump
-    from real.calibrate import fit_params, format_result, load_runs, result_json
 
     runs = load_runs(args.traces)
     result = fit_params(runs, load_params(args.params), max_sweeps=args.sweeps)

@@ -4,6 +4,6 @@ One Ray actor per planned device (``real.worker``), pinned to its GPU type by a 
 (``real.placement``); the RL loop is driven by ``real.runner`` (PPO and GRPO, sync and async);
 ``real.network`` emulates the cluster's latency and bandwidth on one machine; ``real.engines``
 holds the torch engines (CPU or CUDA) behind small interfaces; ``real.profile`` and
-``real.calibrate`` close the loop with the cost model. Heavy imports (torch, transformers, Ray)
+``hetrl.calibrate`` close the loop with the cost model. Heavy imports (torch, transformers, Ray)
 happen inside these modules, never on ``import real``. See docs/real.md.
 """

@@ -9,6 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from hetrl.calibrate import (
+    EFFICIENCY_BOUNDS,
+    CalibrationRun,
+    Parameter,
+    apply_values,
+    candidate_parameters,
+    fit_params,
+)
 from hetrl.cli import main
 from hetrl.cli_cost import load_params
 from hetrl.cost.model import CostModel
@@ -18,14 +26,6 @@ from hetrl.io import load_plan, save_plan
 from hetrl.plan import colocated_plan
 from hetrl.spec.presets import cluster_preset, workload_preset
 from hetrl.trace import Trace
-from real.calibrate import (
-    EFFICIENCY_BOUNDS,
-    CalibrationRun,
-    Parameter,
-    apply_values,
-    candidate_parameters,
-    fit_params,
-)
 from sim import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

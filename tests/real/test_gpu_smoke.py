@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from hetrl.calibrate import CalibrationRun
 from hetrl.plan import colocated_plan
 from hetrl.spec.cluster import homogeneous
 from hetrl.spec.presets import workload_preset
 from real import gpu_smoke
-from real.calibrate import CalibrationRun
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -149,7 +149,7 @@ def test_unsupported_layout_is_a_clear_error():
 
 
 def test_calibration_on_cpu_traces_reduces_the_error(cross_region):
-    from real.calibrate import CalibrationRun, fit_params
+    from hetrl.calibrate import CalibrationRun, fit_params
 
     runs = [CalibrationRun.from_trace(cross_region[k][3].trace) for k in ("one", "two")]
     result = fit_params(runs)
