@@ -73,8 +73,8 @@ class WorkloadSpec:
             require(role in roles, f"models.{role}", None, f"is required for {self.algorithm}")
         for role in roles:
             if role == "reward" and self.reward == "rule":
-                require(False, "models.reward", role,
-                        "is not used with reward: rule (the rule scores the responses)")
+                raise SpecError("models.reward", role,
+                                "is not used with reward: rule (the rule scores the responses)")
             require(role in need, f"models.{role}", role,
                     f"is not a role of {self.algorithm}; roles: {list(need)}")
         require(len(set(roles)) == len(roles), "models", roles, "each role at most once")
