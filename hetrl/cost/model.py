@@ -23,6 +23,7 @@ from hetrl.cost.kernels import (
     group_memory_rows,
 )
 from hetrl.cost.lengths import LengthStats, length_stats
+from hetrl.cost.memo import topology_memoised
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.primitives import (
@@ -657,8 +658,8 @@ class CostModel:
         key = ("dp", p.devices, id(shapes))  # (shapes are interned: their id is theirs)
         out = self._tasklevel.get(key)
         if out is None:
-            out = self.cluster.topology.memoised(
-                "dp_optimizer", (p.devices, shapes, self.params),
+            out = topology_memoised(
+                self.cluster, "dp_optimizer", (p.devices, shapes, self.params),
                 lambda: _dp_and_optimizer(self.cluster, p, shapes, self.params,
                                           self.workload.bytes_per_value))
             self._tasklevel[key] = out
@@ -699,8 +700,8 @@ class CostModel:
         if out is None:
             shapes, shared = self.shapes(gen.task, gen), self.workload.mode == "sync"
             extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared)
-            out = self.cluster.topology.memoised(
-                "weight_sync", (gen.devices, train.devices, extra),
+            out = topology_memoised(
+                self.cluster, "weight_sync", (gen.devices, train.devices, extra),
                 lambda: weight_sync_time(gen, shapes, train, self.cluster, self.params, shared))
             self._sync[key] = out
         return out
@@ -851,8 +852,8 @@ def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[Stag
     ``p``'s grid: see :meth:`CostModel._dp_and_optimizer` and
     :func:`hetrl.cost.kernels.dp_optimizer_seconds`."""
     topo = cluster.topology
-    hbm_eff, link_eff = topo.memoised(
-        "dp_efficiency", params, lambda: (device_efficiency(cluster, params, "hbm"),
+    hbm_eff, link_eff = topology_memoised(
+        cluster, "dp_efficiency", params, lambda: (device_efficiency(cluster, params, "hbm"),
                                           device_efficiency(cluster, params, "link")))
     stage_params = _STAGE_PARAMS.get(shapes)
     if stage_params is None:
@@ -903,7 +904,7 @@ def fan_in_links(cluster: ClusterSpec, src: tuple[int, ...],
                                            np.array(dst, dtype=np.int64), topo.latency_s,
                                            topo.bandwidth_Bps).tolist()
         return [(a, b) if f else None for a, b, f in zip(lat, bw, found, strict=True)]
-    return cluster.topology.memoised("fan_in", (src, dst), compute)
+    return topology_memoised(cluster, "fan_in", (src, dst), compute)
 
 
 @lru_cache(maxsize=32)

@@ -25,7 +25,8 @@ from hetrl.cost.kernels import (
     ceil_log2,
     group_link_facts,
 )
-from hetrl.spec.cluster import MEMO_SIZE, ClusterSpec
+from hetrl.cost.memo import MEMO_SIZE, topology_memoised, topology_table
+from hetrl.spec.cluster import ClusterSpec
 
 
 def matmul_time(flops: float, peak_flops: float, efficiency: float) -> float:
@@ -84,7 +85,7 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
     function of the topology and the device ids gives the same answer for ``devices`` and for
     ``devices`` renamed, in order of first appearance, to each node's lowest ids. The answer must
     hold no device ids (link and hardware facts only)."""
-    cache = cluster.topology.memo.setdefault(kind, {})
+    cache = topology_table(cluster, kind)
     key = (devices, extra)
     out = cache.get(key)
     if out is None:
@@ -93,7 +94,7 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
         out = cache.get((canon, extra))
         if out is None:
             out = compute(cluster, *canon, *extra)
-            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory (as Topology.memoised)
+            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory (as topology_memoised)
                 cache.clear()
             cache[canon, extra] = out
         cache[key] = out
@@ -146,7 +147,7 @@ def node_symmetry(cluster: ClusterSpec) -> tuple[list[int], list[list[int]]] | N
     """(node of each device, each node's devices in id order) if every node's devices are
     interchangeable and no two GPU types share a peak FLOP rate (the hardware facts break ties
     between a stage's slowest devices by id), else None. Memoised per cluster."""
-    memo = cluster.topology.memo.setdefault("symmetry", {})
+    memo = topology_table(cluster, "symmetry")
     if "value" not in memo:
         memo["value"] = _find_symmetry(cluster)
     return memo["value"]
@@ -199,7 +200,7 @@ def device_efficiency(cluster: ClusterSpec, params: Any, kind: str) -> np.ndarra
         out = np.array([params.efficiency(d.gpu.name, kind) for d in cluster.devices])
         out.setflags(write=False)
         return out
-    return cluster.topology.memoised("device_efficiency", (params, kind), compute)
+    return topology_memoised(cluster, "device_efficiency", (params, kind), compute)
 
 
 def all_reduce_time(nbytes: float, g: GroupLinks, efficiency: float) -> float:

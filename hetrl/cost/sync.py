@@ -22,6 +22,7 @@ import numpy as np
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import weight_sync_pulls as _pulls_kernel
 from hetrl.cost.kernels import weight_sync_seconds as _seconds_kernel
+from hetrl.cost.memo import topology_memoised
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
@@ -54,7 +55,7 @@ def _device_factors(cluster: ClusterSpec, params: CostParams
         for a in (hbm, gpu_link):
             a.setflags(write=False)
         return link, hbm, gpu_link
-    return cluster.topology.memoised("sync_device_factors", params, compute)
+    return topology_memoised(cluster, "sync_device_factors", params, compute)
 
 
 def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,

@@ -293,10 +293,6 @@ def _link_from(raw: Any, f: str) -> RegionLink:
                       _bandwidth(f"{f}.bandwidth_gbps", raw["bandwidth_gbps"]))
 
 
-#: Entries per kind of :meth:`Topology.memoised` before it starts afresh.
-MEMO_SIZE = 200_000
-
-
 @dataclass(frozen=True, eq=False)
 class Topology:
     """Derived network facts of a cluster: the graph and device x device matrices.
@@ -315,19 +311,6 @@ class Topology:
     memory_bytes: np.ndarray
     nic_Bps: np.ndarray  # per node: its NIC, bytes/s
     uplink_Bps: np.ndarray  # per node: its link out of the node (the NIC; an edge node's uplink)
-    #: Caches of pure functions of this topology, filled by the cost model (key -> dict).
-    memo: dict = field(default_factory=dict, repr=False)
-
-    def memoised(self, kind: str, key: Any, compute: Any) -> Any:
-        """``compute()`` once per (kind, key) for this topology (pure functions of it only)."""
-        cache = self.memo.setdefault(kind, {})
-        out = cache.get(key)
-        if out is None:
-            out = compute()
-            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory
-                cache.clear()
-            cache[key] = out
-        return out
 
     @cached_property
     def latency_rows(self) -> list[list[float]]:
