@@ -19,7 +19,6 @@ import pytest
 
 from hetrl.cost.model import CostModel
 from hetrl.search.ilp import (
-    SCALE,
     candidates,
     phased_objective_ms,
     prune_dominated,
@@ -29,7 +28,7 @@ from hetrl.search.ilp import (
 from hetrl.search.ilp.local import Descent, local_search
 from hetrl.search.ilp.model import fits
 from hetrl.search.ilp.pairwise import Pairwise
-from hetrl.search.ilp.phased import _pairs, _stage_cliques
+from hetrl.search.ilp.phased import _pairs, _stage_cliques, pattern_objective_ms
 from tests.search.test_ilp import tiny_cluster, tiny_ppo, tiny_workload
 
 
@@ -44,19 +43,6 @@ def _sample(cands, per_task: int, seed: int):
         out[t] = [cs[i] for i in sorted(light + list(rng.choice(rest, per_task - 2,
                                                                 replace=False)))]
     return out
-
-
-def _pattern_value(model, chosen, stages, pairs, shared) -> int:
-    """The pattern model's objective (ms) of one candidate per task."""
-    ms = {t: int(round(c.seconds * SCALE)) for t, c in chosen.items()}
-    sync = sync_ms(model, chosen["actor_generation"], chosen["actor_training"])
-    total = 0
-    for tasks, cliques in zip(stages, _stage_cliques(stages, pairs, shared), strict=True):
-        span = max(sum(ms[t] for t in k) for k in cliques)
-        if "actor_training" in tasks:
-            span = max(span, ms["actor_training"] + sync)
-        total += span
-    return total
 
 
 @pytest.mark.parametrize(("workload", "per_task"), [(tiny_workload, 8), (tiny_ppo, 5)])
@@ -80,7 +66,7 @@ def test_pairwise_bounds_never_exceed_a_plans_value(workload, per_task):
             chosen = {t: cands[t][i] for t, i in zip(cands, combo, strict=True)}
             if any(set(chosen[a].devices) & set(chosen[b].devices) for a, b in apart):
                 continue
-            value = _pattern_value(model, chosen, stages, pairs, shared)
+            value = pattern_objective_ms(model, chosen, stages, pairs, shared)
             for t, i in zip(cands, combo, strict=True):
                 assert lb[t][i] <= value, (shared, t, i)
             checked += 1

@@ -85,9 +85,17 @@ def phased_objective_ms(model: CostModel, chosen: dict[str, Candidate],
     of tasks that share a device (with three or fewer tasks, the heaviest clique of the
     stage's sharing graph: tasks that share devices run one after another, the others side by
     side), actor training counted with the weight sync after it; summed over the stages."""
-    ms = {t: int(round(c.seconds * SCALE)) for t, c in chosen.items()}
     pairs = _pairs(stages)
     shared = [not set(chosen[a].devices).isdisjoint(chosen[b].devices) for _, a, b in pairs]
+    return pattern_objective_ms(model, chosen, stages, pairs, shared)
+
+
+def pattern_objective_ms(model: CostModel, chosen: dict[str, Candidate],
+                         stages: tuple[tuple[str, ...], ...], pairs, shared) -> int:
+    """:func:`phased_objective_ms` with the sharing pattern given (``shared``: for each of
+    ``pairs``, whether its two tasks share a device) instead of read off the devices: the
+    objective of the pattern model, which the pairwise bounds bound."""
+    ms = {t: int(round(c.seconds * SCALE)) for t, c in chosen.items()}
     sync = sync_ms(model, chosen["actor_generation"], chosen["actor_training"])
     total = 0
     for tasks, cliques in zip(stages, _stage_cliques(stages, pairs, shared), strict=True):
