@@ -14,12 +14,12 @@ dropped, so the budget per survivor doubles. Inside a round, each task grouping 
 halving over its GPU-group sizes with its share, and at the next level-1 round keeps the best
 half of them. The rounds share half of what is left; the rest (``exploit_fraction``, and any
 rounding left-over) goes to the EAs of the three best arms, the best warm arm and the best
-all-co-located arm on all GPUs, round robin (our addition: one noisy early winner is not
-trusted with everything, and the co-located arm's worth shows only under the polish; it goes
-first), each polished (hetrl/search/polish.py) whenever its best has changed, at most a third
-of the budget per call, a pass stopped there resuming at the arm's next turn; after each turn
-of the round robin the worse half of the finalists is dropped (the co-located arm not before
-its first pass has finished).
+all-co-located arms on all GPUs and on part of them, round robin (our addition: one noisy
+early winner is not trusted with everything, and a co-located arm's worth shows only under the
+polish; they go first, and polish one after the other), each polished (hetrl/search/polish.py)
+whenever its best has changed, at most a third of the budget per call, a pass stopped there
+resuming at the arm's next turn; after each turn of the round robin the worse half of the
+finalists is dropped (a co-located arm not before its first pass has finished).
 
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
@@ -106,9 +106,10 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
         out.append(best_warm)
     if colocated and together:
         size = max(sum(a.sizes) for a in together)
-        firsts = [min((a for a in together if part == (sum(a.sizes) < size)),
-                      key=lambda a: a.best, default=None) for part in (False, True)]
-        firsts = sorted((a for a in firsts if a is not None), key=lambda a: a.best)
+        whole = [a for a in together if sum(a.sizes) == size]
+        part = [a for a in together if sum(a.sizes) < size]
+        firsts = sorted((min(arms, key=lambda a: a.best) for arms in (whole, part) if arms),
+                        key=lambda a: a.best)
         for best in reversed(firsts):
             if best not in out and math.isfinite(best.best):
                 # first in the round robin: its polish call must not find the final phase spent

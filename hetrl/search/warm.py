@@ -136,7 +136,8 @@ def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
     # verl's pool structures also on the k fastest GPU types alone (the rest idle): a verl user
     # who leaves the slow GPUs out
     for k in range(1, len(types)):
-        ids = [d.id for d in devices if d.gpu.name in set(types[:k])]
+        fast = set(types[:k])
+        ids = [d.id for d in devices if d.gpu.name in fast]
         for mode, family in (("sync", "verl"), ("async", "verl-async")):
             renamed = [[(tasks_, tuple(ids[i] for i in at)) for tasks_, at in pools]
                        for pools in verl_pools(workload, len(ids), node, mode)]
