@@ -1,23 +1,32 @@
 """Fit the cost model's calibration parameters to measured traces (``hetrl calibrate``).
 
-Objective: the sum over runs, and over every task that both the trace and the estimate report
-(measured and estimated seconds > 0), of (ln estimate - ln measured)^2, where the estimate is
-``CostModel(workload, cluster, params).estimate(plan).tasks[task]`` and the measurement is
-``Trace.task_seconds()`` (mean over iterations after the first). A tiny prior,
-``prior_weight`` x sum (ln value - ln base value)^2, keeps parameters the traces barely constrain
-at their base values and makes ties deterministic.
+Objective: bounded nonlinear least squares (``scipy.optimize.least_squares``, method "trf") in
+u = ln(value) of every fitted parameter, over the residuals
+
+  r_run,task = ln estimate - ln measured      (every task measured and estimated > 0 s)
+  r_i        = sqrt(prior_weight) (u_i - ln base_i)
+
+where the estimate is ``CostModel(workload, cluster, params).estimate(plan).tasks[task]`` and the
+measurement is ``Trace.task_seconds()`` (mean over iterations after the first). Efficiencies are
+multiplicative, so log space makes a factor of two the same step at 0.8 and at 1e-4.
+
+The prior makes the fit well-posed: traces often cannot separate factors (the Adam step's HBM
+time hides inside a training step that is 99 % matmuls; one generation time per run cannot split
+decode bandwidth from per-step overhead), and a bare fit moves such factors far off to absorb
+noise. ``PRIOR_WEIGHT`` = (TASK_SIGMA_LN / PRIOR_SIGMA_LN)^2: a task time is trusted to ~10 %,
+a factor's base value to within a factor of 10, so the data outweigh the prior wherever they
+determine a factor. Identifiability: at the optimum of the fit of all parameters, the Gauss-Newton
+posterior sd of each u_i over the prior sd, sqrt(w [(J^T J)^-1]_ii) with J the residuals' Jacobian,
+is 1 when the traces say nothing about it and near 0 when they pin it down. Parameters above
+``IDENTIFIED_SD_RATIO`` are reported as unidentified, reset to their base values, and the rest
+refitted without them.
 
 Parameters: for every GPU type a task ran on, the efficiency of each kernel kind that task kind
 uses (generation: infer_flops, decode_flops, decode_hbm, hbm, link; inference: infer_flops, hbm,
 link; training: train_flops, hbm, link; weight sync: hbm, link), kept only if changing it moves
-some estimate (a decode that is HBM-bound everywhere leaves decode_flops unfitted), plus
-``decode_step_overhead_s`` when a generation task is measured. Bounds: efficiencies in
-[1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak, less with per-call overheads),
-the overhead in [0, 1] s.
-
-Optimiser: coordinate descent in log space, deterministic: for each parameter in turn a coarse
-grid over its whole log range, then golden-section search between the grid neighbours of the best
-point; sweeps repeat until the objective stops improving. No scipy.
+some estimate, plus ``decode_step_overhead_s`` when a generation task is measured. Bounds:
+efficiencies in [1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak), the overhead in
+[1e-7, 1] s (1e-7 s stands for none: 0.1 ms over 1,000 decode steps).
 """
 
 from __future__ import annotations
@@ -25,8 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from numbers import Real
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
 
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, KERNEL_KINDS, CostParams
@@ -37,8 +50,9 @@ from hetrl.spec.tasks import REPORTED_TASKS, WEIGHT_SYNC
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Trace
 
-__all__ = ["CalibrationResult", "CalibrationRun", "EFFICIENCY_BOUNDS", "KIND_KERNELS", "META_KEYS",
-           "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR", "Parameter", "RunFit", "TaskFit",
+__all__ = ["CalibrationResult", "CalibrationRun", "EFFICIENCY_BOUNDS", "IDENTIFIED_SD_RATIO",
+           "KIND_KERNELS", "META_KEYS", "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR",
+           "PRIOR_SIGMA_LN", "PRIOR_WEIGHT", "Parameter", "RunFit", "TASK_SIGMA_LN", "TaskFit",
            "apply_values", "candidate_parameters", "fit_params", "format_result", "load_runs",
            "load_trace", "result_json"]
 
@@ -52,8 +66,17 @@ KIND_KERNELS: dict[str, tuple[str, ...]] = {
 OVERHEAD = "decode_step_overhead_s"
 EFFICIENCY_BOUNDS = (1e-6, 1.0)
 OVERHEAD_BOUNDS = (0.0, 1.0)  # seconds per decode step
-#: The smallest non-zero overhead the log-space search visits (0 itself is tried as well), s.
+#: The smallest overhead the log-space fit reaches, s (stands for none).
 OVERHEAD_LOG_FLOOR = 1e-7
+#: How closely a calibrated estimate should match one measured task time, in ln units (10 %).
+TASK_SIGMA_LN = 0.1
+#: How far a factor may be from its base value a priori, in ln units (a factor of 10).
+PRIOR_SIGMA_LN = math.log(10)
+#: Weight of the prior residuals: (TASK_SIGMA_LN / PRIOR_SIGMA_LN)^2 = 1.9e-3.
+PRIOR_WEIGHT = (TASK_SIGMA_LN / PRIOR_SIGMA_LN) ** 2
+#: A parameter is identified when the traces shrink its prior sd (in ln) to at most this fraction:
+#: they carry at least 3x the prior's information about it.
+IDENTIFIED_SD_RATIO = 0.5
 META_KEYS = ("workload_spec", "cluster_spec", "plan")
 
 
@@ -233,8 +256,16 @@ class RunFit:
 class CalibrationResult:
     """The fitted parameters, the fit per run and task, and the objective before and after.
 
-    ``fitted``: (parameter name, base value, fitted value); ``unused``: candidate parameters
-    that no estimate depends on (left at their base values)."""
+    ``fitted``: (name, base value, fitted value) of every parameter some estimate depends on;
+    ``unused``: candidates no estimate depends on; ``unidentified``: parameters the traces do not
+    determine, left at their base values; ``sd_ratio``: (name, posterior sd / prior sd of the ln
+    value), from the fit of every parameter; ``sd_log``: (name, that posterior sd in ln units,
+    ~ relative error, if task times hold to TASK_SIGMA_LN); ``objective_*``: J, the sum of the
+    squared residuals, prior included; ``residual_*``: root mean square of ln estimate - ln
+    measured over the tasks (ln units); ``iterations``: least-squares steps tried (Jacobians not
+    counted); ``sweeps``: the same per parameter, rounded up (the unit of ``max_sweeps``);
+    ``evaluations``: cost-model evaluations (each estimates every run once); ``converged``: no
+    solve stopped on its step budget."""
 
     params: CostParams
     runs: tuple[RunFit, ...]
@@ -244,6 +275,14 @@ class CalibrationResult:
     objective_after: float
     sweeps: int
     evaluations: int
+    unidentified: tuple[str, ...] = ()
+    sd_ratio: tuple[tuple[str, float], ...] = ()
+    sd_log: tuple[tuple[str, float], ...] = ()
+    residual_before: float = 0.0
+    residual_after: float = 0.0
+    iterations: int = 0
+    converged: bool = True
+    tol_log: float = 1e-3
 
     @property
     def error_before(self) -> float:
@@ -254,13 +293,29 @@ class CalibrationResult:
     def error_after(self) -> float:
         return sum(r.error_after for r in self.runs) / len(self.runs)
 
+    @property
+    def moved(self) -> tuple[str, ...]:
+        """Parameters whose fitted value differs from the base by more than ``tol_log`` in ln."""
+        return tuple(n for n, b, v in self.fitted if _moved(b, v, self.tol_log))
+
     def to_dict(self) -> dict[str, Any]:
+        ratio, sd_log = dict(self.sd_ratio), dict(self.sd_log)
         return {"error_before": self.error_before, "error_after": self.error_after,
                 "objective_before": self.objective_before, "objective_after": self.objective_after,
-                "sweeps": self.sweeps, "evaluations": self.evaluations,
-                "fitted": {n: {"base": b, "fitted": v} for n, b, v in self.fitted},
-                "unused": list(self.unused),
+                "residual_before": self.residual_before, "residual_after": self.residual_after,
+                "sweeps": self.sweeps, "iterations": self.iterations,
+                "evaluations": self.evaluations, "converged": self.converged,
+                "fitted": {n: {"base": b, "fitted": v, "moved": _moved(b, v, self.tol_log),
+                               "identified": n not in self.unidentified,
+                               "sd_ratio": ratio.get(n), "sd_log": sd_log.get(n)}
+                           for n, b, v in self.fitted},
+                "unused": list(self.unused), "unidentified": list(self.unidentified),
                 "runs": [r.to_dict() for r in self.runs], "params": self.params.to_dict()}
+
+
+def _moved(base: float, value: float, tol_log: float) -> bool:
+    floor = OVERHEAD_LOG_FLOOR
+    return abs(math.log(max(value, floor)) - math.log(max(base, floor))) > tol_log
 
 
 # --- the fit ------------------------------------------------------------------------------------
@@ -273,19 +328,27 @@ def _estimates(runs: Sequence[CalibrationRun], params: CostParams) -> list[tuple
     return out
 
 
+def _log_bounds(p: Parameter) -> tuple[float, float]:
+    lo, hi = p.bounds
+    return math.log(max(lo, OVERHEAD_LOG_FLOOR if p.kind == OVERHEAD else lo)), math.log(hi)
+
+
 def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS,
-               max_sweeps: int = 8, grid_points: int = 13, tol_log: float = 1e-3,
-               prior_weight: float = 1e-6) -> CalibrationResult:
+               max_sweeps: int = 8, tol_log: float = 1e-3,
+               prior_weight: float = PRIOR_WEIGHT) -> CalibrationResult:
     """Fit efficiencies and the decode-step overhead to ``runs`` (see the module docstring).
 
-    ``max_sweeps``: coordinate-descent sweeps at most; ``grid_points``: coarse grid per
-    parameter over its log range; ``tol_log``: golden-section tolerance in ln units (1e-3 is
-    0.1 %); ``prior_weight``: weight of the pull towards ``base``."""
+    ``max_sweeps``: each least-squares solve stops after max_sweeps x (number of parameters)
+    steps; ``tol_log``: in ln units (1e-3 is 0.1 %), a solve stops when its step is about this
+    small, and a parameter counts as moved when it changed by more; ``prior_weight``: w, the weight of the pull towards ``base`` in ln units.
+    Never worse than ``base``: objective_after <= objective_before."""
     require(len(runs) >= 1, "runs", [], "need at least one calibration run")
-    require(max_sweeps >= 1, "max_sweeps", max_sweeps, "must be >= 1")
-    require(grid_points >= 3, "grid_points", grid_points, "must be >= 3")
-    require(tol_log > 0, "tol_log", tol_log, "must be > 0")
-    require(prior_weight >= 0, "prior_weight", prior_weight, "must be >= 0")
+    require(isinstance(max_sweeps, int) and max_sweeps >= 1, "max_sweeps", max_sweeps,
+            "must be an integer >= 1")
+    require(isinstance(tol_log, Real) and 0 < tol_log < 1, "tol_log", tol_log, "must be in (0, 1)")
+    require(isinstance(prior_weight, Real) and 0 < prior_weight < math.inf, "prior_weight",
+            prior_weight, "must be > 0 and finite: without the prior, factors the traces do not "
+            "determine drift to absorb noise")
     before = _estimates(runs, base)
     measured = [run.trace.task_seconds() for run in runs]
     tasks = [[t for t in REPORTED_TASKS if meas.get(t, 0.0) > 0 and est.get(t, 0.0) > 0]
@@ -296,58 +359,38 @@ def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS
     candidates: set[Parameter] = set()
     for run, names in zip(runs, tasks, strict=True):
         candidates |= candidate_parameters(run, names)
-    ordered = sorted(candidates, key=_kind_order)
+    log_meas = np.array([math.log(meas[t]) for meas, names in zip(measured, tasks, strict=True)
+                         for t in names])
+    counter = [0]
 
-    def predicted(params: CostParams) -> list[dict[str, float]]:
-        return [{t: est[t] for t in names}
-                for (_, est), names in zip(_estimates(runs, params), tasks, strict=True)]
+    def data_residuals(params: CostParams) -> np.ndarray:
+        counter[0] += 1
+        pred = [math.log(est[t]) if 0 < est[t] < math.inf else _BAD_LOG
+                for (_, est), names in zip(_estimates(runs, params), tasks, strict=True)
+                for t in names]
+        return np.array(pred) - log_meas
 
-    # Keep the parameters that move some estimate.
-    ref = predicted(base)
+    # Keep the parameters that move some estimate when halved (doubled near the lower bound).
+    ref = data_residuals(base)
     parameters: list[Parameter] = []
     unused: list[str] = []
-    for p in ordered:
-        v0 = p.value(base)
-        lo, hi = p.bounds
+    for p in sorted(candidates, key=_kind_order):
+        v0, (lo, hi) = p.value(base), p.bounds
         alt = (v0 / 2 if v0 / 2 >= lo else min(hi, v0 * 2)) if v0 > 0 else 1e-3
-        moved = predicted(apply_values(base, [p], [alt]))
-        if any(abs(m[t] - r[t]) > 1e-12 * max(abs(r[t]), 1e-30)
-               for m, r in zip(moved, ref, strict=True) for t in r):
+        if np.any(np.abs(data_residuals(apply_values(base, [p], [alt])) - ref) > 1e-12):
             parameters.append(p)
         else:
             unused.append(p.name)
+    fit = _LogFit(parameters, base, data_residuals, prior_weight, max_sweeps, tol_log)
+    u, ratios, sd_log, unidentified = fit.run()
+    keep = [i for i, p in enumerate(parameters) if p.name not in unidentified]
+    params = apply_values(base, [parameters[i] for i in keep], list(np.exp(u[keep])))
+    final = np.concatenate([data_residuals(params), fit.prior(u)])
+    if final @ final > ref @ ref:  # a truncated solve that ended uphill: keep the base
+        params, u, final = base, fit.u_base.copy(), ref
     base_values = [p.value(base) for p in parameters]
-    log_meas = [{t: math.log(meas[t]) for t in names} for meas, names in zip(measured, tasks, strict=True)]
-    cache: dict[tuple[float, ...], float] = {}
-
-    def loss(values: Sequence[float]) -> float:
-        key = tuple(values)
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        pred = predicted(apply_values(base, parameters, values))
-        total = sum((math.log(max(pr[t], 1e-300)) - lm[t]) ** 2
-                    for pr, lm in zip(pred, log_meas, strict=True) for t in lm)
-        for p, v, b in zip(parameters, values, base_values, strict=True):
-            floor = OVERHEAD_LOG_FLOOR if p.kind == OVERHEAD else EFFICIENCY_BOUNDS[0]
-            total += prior_weight * (math.log(max(v, floor)) - math.log(max(b, floor))) ** 2
-        cache[key] = total
-        return total
-
-    values = list(base_values)
-    objective_before = loss(values)
-    current = objective_before
-    sweeps = 0
-    while sweeps < max_sweeps:
-        sweeps += 1
-        start, old = current, list(values)
-        for i, p in enumerate(parameters):
-            values[i], current = _coordinate_search(loss, values, i, p, grid_points, tol_log, current)
-        if len(parameters) > 1:
-            values, current = _pattern_move(loss, parameters, old, values, current, tol_log)
-        if start - current <= 1e-5 * max(start, 1e-12):
-            break
-    params = apply_values(base, parameters, values)
+    values = [b if p.name in unidentified else float(math.exp(x))
+              for p, b, x in zip(parameters, base_values, u, strict=True)]
     after = _estimates(runs, params)
     fits = []
     for run, (it0, est0), (it1, est1), meas, names in zip(runs, before, after, measured, tasks,
@@ -355,112 +398,116 @@ def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS
         fits.append(RunFit(
             run.workload.name, run.cluster.name, run.measured_iteration_s(), it0, it1,
             tuple(TaskFit(t, meas[t], est0[t], est1[t]) for t in names)))
+    n = len(log_meas)
     return CalibrationResult(
         params=params, runs=tuple(fits),
         fitted=tuple((p.name, b, v) for p, b, v in zip(parameters, base_values, values, strict=True)),
-        unused=tuple(unused), objective_before=objective_before, objective_after=current,
-        sweeps=sweeps, evaluations=len(cache))
+        unused=tuple(unused), objective_before=float(ref @ ref),
+        objective_after=float(final @ final),
+        sweeps=-(-fit.steps // max(len(parameters), 1)), evaluations=counter[0],
+        unidentified=tuple(unidentified),
+        sd_ratio=tuple((p.name, float(r)) for p, r in zip(parameters, ratios, strict=True)),
+        sd_log=tuple((p.name, float(r)) for p, r in zip(parameters, sd_log, strict=True)),
+        residual_before=math.sqrt(float(ref @ ref) / n),
+        residual_after=math.sqrt(float(final[:n] @ final[:n]) / n),
+        iterations=fit.steps, converged=fit.converged, tol_log=tol_log)
 
 
-_GOLDEN = (math.sqrt(5) - 1) / 2
+class _LogFit:
+    """The bounded least-squares problem in u = ln(value), solved with scipy's "trf"."""
+
+    def __init__(self, parameters: Sequence[Parameter], base: CostParams,
+                 data_residuals: Callable[[CostParams], np.ndarray], prior_weight: float,
+                 max_sweeps: int, tol_log: float):
+        self.parameters, self.base, self.data_residuals = list(parameters), base, data_residuals
+        self.w, self.max_sweeps, self.tol_log = prior_weight, max_sweeps, tol_log
+        self.bounds = np.array([_log_bounds(p) for p in parameters]).reshape(-1, 2)
+        u0 = [math.log(max(p.value(base), OVERHEAD_LOG_FLOOR)) for p in parameters]
+        self.u_base = np.clip(np.array(u0, dtype=float), self.bounds[:, 0], self.bounds[:, 1])
+        self.cache: dict[tuple[float, ...], np.ndarray] = {}
+        self.steps, self.converged = 0, True
+
+    def prior(self, u: np.ndarray) -> np.ndarray:
+        return math.sqrt(self.w) * (u - self.u_base)
+
+    def residuals(self, u_free: np.ndarray, free: list[int]) -> np.ndarray:
+        """Data residuals (ln estimate - ln measured), then the prior's, for ``free`` set to
+        ``u_free`` and every other parameter at its base value."""
+        u = self.u_base.copy()
+        u[free] = np.clip(u_free, self.bounds[free, 0], self.bounds[free, 1])
+        key = tuple(u.tolist())
+        data = self.cache.get(key)
+        if data is None:
+            data = self.cache[key] = self.data_residuals(
+                apply_values(self.base, self.parameters, list(np.exp(u))))
+        return np.concatenate([data, self.prior(u)[free]])
+
+    def solve(self, free: list[int], start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(u of ``free`` at the optimum, the residuals' Jacobian there)."""
+        lo, hi = self.bounds[free, 0], self.bounds[free, 1]
+        sol = least_squares(self.residuals, np.clip(start, lo, hi), args=(free,), method="trf",
+                            jac="2-point", diff_step=_DIFF_STEP, bounds=(lo, hi),
+                            x_scale=1.0, ftol=1e-10, gtol=1e-10,
+                            xtol=self.tol_log / max(1.0, float(np.linalg.norm(start))),
+                            max_nfev=self.max_sweeps * len(free))
+        self.steps += int(sol.nfev)
+        self.converged = self.converged and sol.status > 0
+        return np.clip(sol.x, lo, hi), sol.jac
+
+    def run(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """Fit every parameter; find the unidentified ones; refit the rest without them.
+        Returns (u, sd ratio, posterior sd of u in ln units, unidentified names)."""
+        every = list(range(len(self.parameters)))
+        if not every:
+            return self.u_base.copy(), np.ones(0), np.zeros(0), []
+        u_all, jac = self.solve(every, self.u_base)
+        # Gauss-Newton: J^T J = J_data^T J_data + w I is the posterior precision x TASK_SIGMA_LN^2
+        cov = np.linalg.inv(jac.T @ jac)
+        ratios = np.sqrt(self.w * np.diag(cov))
+        sd_log = TASK_SIGMA_LN * np.sqrt(np.diag(cov))
+        keep = [i for i in every if ratios[i] <= IDENTIFIED_SD_RATIO]
+        unidentified = [self.parameters[i].name for i in every if i not in keep]
+        if not unidentified:
+            return u_all, ratios, sd_log, []
+        u = self.u_base.copy()
+        if keep:  # from the better of the first fit's values and the base values
+            warm = u.copy()
+            warm[keep] = u_all[keep]
+            start = min((warm, self.u_base), key=lambda x: float(
+                np.sum(self.residuals(x[keep], keep) ** 2)))
+            u[keep], _ = self.solve(keep, start[keep])
+        return u, ratios, sd_log, unidentified
 
 
-def _golden(f: Callable[[float], float], a: float, b: float, tol: float) -> tuple[float, float]:
-    """Golden-section search for a minimum of ``f`` on [a, b]; returns (x, f(x))."""
-    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
-    fc, fd = f(c), f(d)
-    while b - a > tol:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - _GOLDEN * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + _GOLDEN * (b - a)
-            fd = f(d)
-    return (c, fc) if fc <= fd else (d, fd)
+#: ln of an estimate that is 0 or not finite: far off every measurement, but finite for scipy.
+_BAD_LOG = 700.0
+#: Forward-difference step of the Jacobian, relative to max(1, |ln value|).
+_DIFF_STEP = 1e-4
 
 
-def _log_value(p: Parameter, v: float) -> float:
-    return math.log(max(v, OVERHEAD_LOG_FLOOR if p.kind == OVERHEAD else EFFICIENCY_BOUNDS[0]))
-
-
-def _pattern_move(loss: Callable[[Sequence[float]], float], parameters: Sequence[Parameter],
-                  old: Sequence[float], new: list[float], current: float,
-                  tol_log: float) -> tuple[list[float], float]:
-    """Hooke-Jeeves acceleration: search along the sweep's net step (in log space) beyond the new
-    point, x(t) = new + t (new - old) for t in [0, 8], clipped to the bounds. Coordinate descent
-    crawls along narrow valleys (parameters that trade off against each other); this jumps."""
-    u_old = [_log_value(p, v) for p, v in zip(parameters, old, strict=True)]
-    u_new = [_log_value(p, v) for p, v in zip(parameters, new, strict=True)]
-    step = [b - a for a, b in zip(u_old, u_new, strict=True)]
-    if max(map(abs, step), default=0.0) < tol_log:
-        return new, current
-
-    def point(t: float) -> list[float]:
-        out = []
-        for p, u, s, v in zip(parameters, u_new, step, new, strict=True):
-            lo, hi = p.bounds
-            out.append(v if s == 0 else min(hi, max(lo, math.exp(u + t * s))))
-        return out
-
-    t, y = _golden(lambda t: loss(point(t)), 0.0, 8.0, tol_log)
-    if y < current:
-        return point(t), y
-    return new, current
-
-
-def _coordinate_search(loss: Callable[[Sequence[float]], float], values: list[float], i: int,
-                       p: Parameter, grid_points: int, tol_log: float,
-                       current: float) -> tuple[float, float]:
-    """Best value of parameter ``i`` (others fixed): a log grid over its range, then golden-section
-    search between the best grid point's neighbours. Returns (value, loss); never worse than the
-    current value."""
-    lo, hi = p.bounds
-    a_log = math.log(OVERHEAD_LOG_FLOOR if p.kind == OVERHEAD else lo)
-    b_log = math.log(hi)
-
-    def clip(u: float) -> float:
-        return min(hi, max(lo, math.exp(u)))
-
-    def f(u: float) -> float:
-        trial = list(values)
-        trial[i] = clip(u)
-        return loss(trial)
-
-    best_v, best = values[i], current
-    if p.kind == OVERHEAD and lo == 0.0:
-        trial = list(values)
-        trial[i] = 0.0
-        zero = loss(trial)
-        if zero < best:
-            best_v, best = 0.0, zero
-    step = (b_log - a_log) / (grid_points - 1)
-    for k in range(grid_points):
-        u = a_log + k * step
-        y = f(u)
-        if y < best:
-            best_v, best = clip(u), y
-    if best_v > 0:
-        centre = max(math.log(best_v), a_log)
-        u, y = _golden(f, max(a_log, centre - step), min(b_log, centre + step), tol_log)
-        if y < best:
-            best_v, best = clip(u), y
-    return best_v, best
+def _values(u: np.ndarray, bounds: np.ndarray) -> list[float]:
+    return [float(math.exp(min(hi, max(lo, x)))) for x, (lo, hi) in zip(u, bounds, strict=True)]
 
 
 def format_result(result: CalibrationResult, params_out: str | None = None) -> str:
     """A human-readable summary: per run and task, measured vs estimates, and the parameters."""
     lines = [f"iteration-time error: {result.error_before:.1%} before, {result.error_after:.1%} after"
-             f" ({len(result.runs)} runs, {result.sweeps} sweeps, {result.evaluations} evaluations)"]
+             f" ({len(result.runs)} runs, {result.iterations} least-squares steps, "
+             f"{result.evaluations} evaluations{'' if result.converged else ', step budget spent'})",
+             f"task-time rms ln error: {result.residual_before:.4g} before, "
+             f"{result.residual_after:.4g} after"]
     for r in result.runs:
         lines.append(f"  {r.workload} on {r.cluster}: measured {r.measured_iteration_s:.4g} s, "
                      f"estimate {r.estimate_before_s:.4g} -> {r.estimate_after_s:.4g} s")
         for t in r.tasks:
             lines.append(f"    {t.task:<21} measured {t.measured_s:>10.4g} s  estimate "
                          f"{t.before_s:>10.4g} -> {t.after_s:.4g} s")
-    lines.append("  parameters (base -> fitted):")
-    lines += [f"    {n:<34} {b:.4g} -> {v:.4g}" for n, b, v in result.fitted]
+    lines.append("  parameters (base -> fitted; sd ratio: posterior / prior sd, 1 = not determined):")
+    ratio = dict(result.sd_ratio)
+    for n, b, v in result.fitted:
+        note = "unidentified, kept" if n in result.unidentified else (
+            "moved" if n in result.moved else "unchanged")
+        lines.append(f"    {n:<34} {b:.4g} -> {v:.4g}  sd ratio {ratio.get(n, 1.0):.2f}  {note}")
     if result.unused:
         lines.append("  not fitted (no estimate depends on them): " + ", ".join(result.unused))
     if params_out:
