@@ -21,6 +21,7 @@ from hetrl import __version__
 from hetrl.errors import SpecError, require
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.model import ModelShape
+from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
 SCHEMA_VERSION = 1
@@ -269,6 +270,11 @@ def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
             seen_devices[d] = gi
     missing = [t for t in tasks if t not in seen_tasks]
     require(not missing, "groups", missing, "tasks missing from every group")
+    for t, host in COLOCATED_WITH.items():
+        if t in seen_tasks and host in seen_tasks:
+            require(seen_tasks[t] == seen_tasks[host], f"groups[{seen_tasks[t]}].tasks", t,
+                    f"must be in {host}'s group (groups[{seen_tasks[host]}]): it runs on the "
+                    "trainer's weights")
     placed = [p.task for p in plan.placements]
     for i, t in enumerate(placed):  # a misspelt task is named as such, not as a missing one
         require(t in tasks, f"placements[{i}].task", t,

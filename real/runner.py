@@ -51,7 +51,13 @@ from real.ray_env import ensure_ray
 from real.tokenizer import ByteTokenizer
 from real.worker import DeviceWorker
 
-INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference")
+INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference",
+                   "actor_inference")
+#: After training, the inference engines of trained models take their weights: (trainer,
+#: inference task, span name). actor_inference recomputes the old log-probs of the next batch
+#: with the weights the actor is trained from.
+TRAINED_SYNCS = (("critic_training", "critic_inference", "critic_sync"),
+                 ("actor_training", "actor_inference", "actor_logprob_sync"))
 TRAINING_TASKS = ("actor_training", "critic_training")
 CHECKPOINT = "checkpoint.pt"
 #: Seconds a worker may take to start and build its engines (imports of torch and transformers
@@ -374,6 +380,8 @@ class RealRun:
             score = score + self.config.reward_model_coef * inf["reward_inference"].float()
         mask = batch.response_mask.float()
         extras = {"ref_logp": inf["reference_inference"]}
+        if "actor_inference" in inf:  # recompute_logprobs: the PPO ratio's old log-probs
+            extras["old_logp"] = inf["actor_inference"]
         if self.workload.algorithm == "grpo":
             adv = grpo_advantages(score, self.workload.responses_per_prompt)
             extras["advantages"] = adv[:, None] * mask
@@ -400,6 +408,7 @@ class RealRun:
             p = self.plan.placement(task)
             role_keys = ("ref_logp", "advantages") if task == "actor_training" else (
                 "returns", "old_values")
+            role_keys += tuple(k for k in ("old_logp",) if k in extras and task == "actor_training")
             total = float(batch.response_mask.sum()) or 1.0
             for r, idx in enumerate(self._split(task, batch.input_ids.shape[0])):
                 micro = [(batch.select(c), {k: extras[k][c] for k in role_keys})
@@ -520,9 +529,7 @@ class RealRun:
             if states:  # generators and critic inference start from the restored trainers
                 self._finish_sync(-1, self._sync(-1, "actor_training", "actor_generation",
                                                  "weight_sync"), "weight_sync")
-                if "critic_training" in self.workload.task_names:
-                    self._finish_sync(-1, self._sync(-1, "critic_training", "critic_inference",
-                                                     "critic_sync"), "critic_sync")
+                self._trained_syncs(-1)
                 self._drain(-1)
             self._loop(state, t0, ckpt)
         finally:
@@ -557,9 +564,7 @@ class RealRun:
                                    [t * DATA_BYTES_PER_TOKEN["training"] for t in tokens])
             self._finish_sync(it, self._sync(it, "actor_training", "actor_generation", "weight_sync"),
                               "weight_sync")
-            if "critic_training" in self.workload.task_names:
-                self._finish_sync(it, self._sync(it, "critic_training", "critic_inference",
-                                                 "critic_sync"), "critic_sync")
+            self._trained_syncs(it)
             end = time.time() - t0
             state.spans += self._drain(it)
             state.iterations.append((last_end, end))
@@ -571,6 +576,12 @@ class RealRun:
                       f"mean reward {reward:.3f}")
             if ckpt is not None:
                 self._save_checkpoint(ckpt, state)
+
+    def _trained_syncs(self, it: int) -> None:
+        """Each trained model's weights to its inference task (see ``TRAINED_SYNCS``)."""
+        for src, dst, name in TRAINED_SYNCS:
+            if src in self.workload.task_names and dst in self.workload.task_names:
+                self._finish_sync(it, self._sync(it, src, dst, name), name)
 
     def _drain(self, it: int) -> list[Span]:
         """Collect the workers' spans of iterations up to ``it`` (later ones, from generations

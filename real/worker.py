@@ -23,8 +23,10 @@ from real.placement import Tasklet
 
 #: Seed offsets per role: the reference starts as an exact copy of the actor (same seed).
 ROLE_SEED = {"actor": 0, "reference": 0, "critic": 1, "reward": 2}
-#: The inference engine's method per role: reference log-probs, critic values, reward scores.
-INFERENCE_METHOD = {"reference": "log_probs", "critic": "values", "reward": "scores"}
+#: The inference engine's method per role: reference and actor (old) log-probs, critic values,
+#: reward scores.
+INFERENCE_METHOD = {"reference": "log_probs", "actor": "log_probs", "critic": "values",
+                    "reward": "scores"}
 
 
 def tensor_bytes(obj: Any) -> int:

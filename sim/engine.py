@@ -37,6 +37,7 @@ from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_pulls
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.tasks import NEEDS_TRAINED
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span
 from sim.network import LinkFault, Network
@@ -360,8 +361,8 @@ class Simulation:
 
         Generation of iteration i waits for the weights of iteration i - 1 - k (k = 0: sync).
         Each generated batch then has its own consumer: inference tasks start as soon as their
-        devices are free (critic inference also waits for the critic trained on the previous
-        batch), training takes batches in order, and the weight sync follows actor training."""
+        devices are free (inference by a trained model, critic values and the actor's old
+        log-probs, also waits for it trained on the previous batch), training takes batches in order, and the weight sync follows actor training."""
         k = self.workload.staleness
         env = self.env
         first = self.first_iteration
@@ -384,7 +385,7 @@ class Simulation:
                 produced[i].succeed((batch, start))
 
         def inference_task(t: str, i: int, batch: Batch):
-            if t == "critic_inference":
+            if t in NEEDS_TRAINED:
                 yield trained[i]
             yield env.process(self.run_task(t, batch))
 

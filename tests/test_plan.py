@@ -362,3 +362,18 @@ def test_an_out_of_range_device_is_always_rejected(case, data):
         validate(Plan.from_dict(d), workload, cluster)
     assert err.value.value == bad
     assert "no such device" in str(err.value)
+
+
+def test_actor_inference_outside_the_trainers_group_is_named(grpo4b, a100x8):
+    """actor_inference runs on the trainer's weights: a plan that puts it in another task group
+    is rejected, naming the group, the task and where it must go."""
+    wl = grpo4b.with_(recompute_logprobs=True)
+    good = colocated_plan(wl, a100x8, tp=1, pp=1)
+    validate(good, wl, a100x8)
+    ai = good.placement("actor_inference")
+    moved = make_placement("actor_inference", (7,), 1, 1, 1, wl.model("actor").layers)
+    rest = tuple(t for t in wl.task_names if t != "actor_inference")
+    bad = Plan((TaskGroup(rest, tuple(range(7))), TaskGroup(("actor_inference",), (7,))),
+               tuple(moved if p is ai else p for p in good.placements))
+    with pytest.raises(SpecError, match=r"groups\[1\]\.tasks.*actor_inference.*actor_training"):
+        validate(bad, wl, a100x8)

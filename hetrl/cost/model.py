@@ -760,7 +760,7 @@ class CostModel:
                                    self.params.eta, self._makespan)
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
         tasks[WEIGHT_SYNC] = sync_s
-        parts = {t: r.parts for t, r in results.items()}
+        parts = {t: results[t].parts if t in results else _ZERO_PARTS for t in REPORTED_TASKS}
         parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": sync_s}
         if not math.isfinite(it) or it <= 0:
             raise ValueError(f"cost model produced a non-finite iteration time {it!r}")

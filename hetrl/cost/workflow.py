@@ -9,14 +9,17 @@ Async with staleness k: generation of batch j may use weights up to k versions o
 would (batch j waits for training of batch j-1-k plus the sync). In steady state the period P is
 the larger of (a) the dependency cycle through k+1 iterations, (T_gen + T_inf + T_train +
 T_sync) / (k + 1), (b) the busiest device's work per iteration (every task on it, plus the
-weight load on generation devices), and (c) the training stage plus, for PPO, the critic
-inference (training consumes batches in order; critic inference of batch i+1 needs the critic
-trained on batch i): overlap is limited by shared devices, weight sync and the critic.
+weight load on generation devices), and (c) the training stage plus the inference tasks of
+trained models (training consumes batches in order; critic inference and the actor's log-prob
+recomputation of batch i+1 need the model trained on batch i): overlap is limited by shared
+devices, weight sync and those tasks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
+from hetrl.spec.tasks import NEEDS_TRAINED
 
 
 def stage_makespan(names: Sequence[str], seconds: Mapping[str, float],
@@ -97,9 +100,11 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
     chain = sum(spans) + sync_s
     if mode == "sync":
         return chain, chain
-    # Training consumes batches in order, and PPO's critic inference of batch i+1 needs the
-    # critic trained on batch i: a cycle of one iteration through the training stage.
-    cycle = spans[-1] + seconds.get("critic_inference", 0.0)
+    # Training consumes batches in order, and inference by a trained model (critic values, the
+    # actor's old log-probs) of batch i+1 needs it trained on batch i: a cycle of one
+    # iteration through the training stage.
+    trained = [n for n in NEEDS_TRAINED if n in seconds]
+    cycle = spans[-1] + (stage_makespan(trained, seconds, devices, eta) if trained else 0.0)
     busy: dict[int, float] = {}
     for names in stages:
         for name in names:

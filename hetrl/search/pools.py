@@ -65,7 +65,7 @@ def verl_pools(workload: WorkloadSpec, n: int, node: int, mode: str) -> list[lis
     out = [[(tasks, tuple(range(n)))]] if mode == "sync" else []
     if mode == "sync":
         pool_a = tuple(t for t in tasks if t in ("actor_generation", "actor_training",
-                                                 "reference_inference"))
+                                                 "reference_inference", "actor_inference"))
     else:
         pool_a = ("actor_generation",)
     pool_b = tuple(t for t in tasks if t not in pool_a)
@@ -109,7 +109,7 @@ def streamrl_pools(workload: WorkloadSpec, cluster: ClusterSpec
 #: the reference, as in verl's actor_rollout_ref config), the critic's and the reward model's.
 VERL_MODELS = {
     "rollout": ("actor_generation",),
-    "actor": ("actor_training", "reference_inference"),
+    "actor": ("actor_training", "reference_inference", "actor_inference"),
     "critic": ("critic_inference", "critic_training"),
     "reward": ("reward_inference",),
 }

@@ -18,6 +18,7 @@ from hetrl.errors import SpecError
 from hetrl.plan import validate_layout
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.model import ModelShape
+from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
 Layout = tuple[int, int, int]  # (dp, pp, tp)
@@ -40,10 +41,13 @@ def set_partitions(items: Sequence[str]) -> Iterator[tuple[tuple[str, ...], ...]
 
 def task_groupings(workload: WorkloadSpec) -> list[tuple[tuple[str, ...], ...]]:
     """Level 1 arms: all set partitions of the tasks, each group in workflow order, groups
-    ordered by their first task (a canonical form)."""
+    ordered by their first task (a canonical form). A task that must share a host's group
+    (``COLOCATED_WITH``: actor_inference with actor_training) joins the host's group."""
     order = {t: i for i, t in enumerate(workload.task_names)}
+    follows = {t: h for t, h in COLOCATED_WITH.items() if t in order and h in order}
     out = set()
-    for part in set_partitions(workload.task_names):
+    for part in set_partitions([t for t in workload.task_names if t not in follows]):
+        part = tuple(g + tuple(t for t, h in follows.items() if h in g) for g in part)
         groups = tuple(sorted((tuple(sorted(g, key=order.get)) for g in part),
                               key=lambda g: order[g[0]]))
         out.add(groups)

@@ -1,9 +1,11 @@
 """The RL workflow's tasks and their dependencies, derived from the algorithm.
 
-PPO: actor generation -> {reward, reference, critic inference} -> {actor, critic training}.
-GRPO drops the critic (tasks critic_inference and critic_training); a rule reward (``reward:
-rule``) drops the reward model (reward_inference). Weight sync (actor training
--> generation engine) is a cost item of every plan, not a task with devices of its own.
+PPO: actor generation -> {reward, reference, critic, actor inference} -> {actor, critic
+training}. GRPO drops the critic (tasks critic_inference and critic_training); a rule reward
+(``reward: rule``) drops the reward model (reward_inference); ``recompute_logprobs: false`` drops
+the actor's forward that recomputes the rollouts' old log-probs (actor_inference: verl's
+``old_log_prob``, NeMo-RL's previous log-probs). Weight sync (actor training -> generation
+engine) is a cost item of every plan, not a task with devices of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ TASK_NAMES = (
     "reward_inference",
     "reference_inference",
     "critic_inference",
+    "actor_inference",
     "actor_training",
     "critic_training",
 )
@@ -41,23 +44,31 @@ class TaskInfo:
     stage: int  # 0 generation, 1 inference, 2 training
 
 
+_INFERENCE = ("reward_inference", "reference_inference", "critic_inference", "actor_inference")
 _ALL = {
     "actor_generation": TaskInfo("actor_generation", "actor", "generation", (), 0),
     "reward_inference": TaskInfo("reward_inference", "reward", "inference", ("actor_generation",), 1),
     "reference_inference": TaskInfo("reference_inference", "reference", "inference",
                                     ("actor_generation",), 1),
     "critic_inference": TaskInfo("critic_inference", "critic", "inference", ("actor_generation",), 1),
-    "actor_training": TaskInfo("actor_training", "actor", "training",
-                               ("reward_inference", "reference_inference", "critic_inference"), 2),
-    "critic_training": TaskInfo("critic_training", "critic", "training",
-                                ("reward_inference", "reference_inference", "critic_inference"), 2),
+    "actor_inference": TaskInfo("actor_inference", "actor", "inference", ("actor_generation",), 1),
+    "actor_training": TaskInfo("actor_training", "actor", "training", _INFERENCE, 2),
+    "critic_training": TaskInfo("critic_training", "critic", "training", _INFERENCE, 2),
 }
+#: Tasks that must share actor_training's task group: the actor's recomputed old log-probs come
+#: from the trainer's own weights, as in verl, NeMo-RL and OpenRLHF (no weight copy elsewhere).
+COLOCATED_WITH = {"actor_inference": "actor_training"}
+#: Inference tasks that run the model being trained: batch i + 1 waits for its training on
+#: batch i (PPO's critic values; the actor's recomputed log-probs).
+NEEDS_TRAINED = ("critic_inference", "actor_inference")
 
 
 @lru_cache(maxsize=16)
-def tasks_for(algorithm: str, reward: str = "model") -> tuple[TaskInfo, ...]:
+def tasks_for(algorithm: str, reward: str = "model",
+              recompute_logprobs: bool = False) -> tuple[TaskInfo, ...]:
     """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks
-    (``reward`` "rule": no reward model, so no ``reward_inference``)."""
+    (``reward`` "rule": no reward model, so no ``reward_inference``; ``recompute_logprobs``
+    adds ``actor_inference``)."""
     if algorithm == "ppo":
         names = TASK_NAMES
     elif algorithm == "grpo":
@@ -68,6 +79,8 @@ def tasks_for(algorithm: str, reward: str = "model") -> tuple[TaskInfo, ...]:
         names = tuple(n for n in names if n != "reward_inference")
     elif reward != "model":
         raise ValueError(f"unknown reward {reward!r}")
+    if not recompute_logprobs:
+        names = tuple(n for n in names if n != "actor_inference")
     present = set(names)
     return tuple(
         TaskInfo(t.name, t.role, t.kind, tuple(d for d in t.depends_on if d in present), t.stage)

@@ -16,7 +16,10 @@ from hetrl.spec.tasks import ALGORITHMS, REWARDS, TaskInfo, roles_for, tasks_for
 MODES = ("sync", "async")
 PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZERS = ("adam", "adamw")
-SCHEMA_VERSION = 1
+#: Version 2 added ``recompute_logprobs``; a version-1 file (or trace) means false: the task set
+#: it was written with.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class WorkloadSpec:
     ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
     ``reward`` is "model" (a reward model scores the responses: ``reward_inference``) or "rule"
     (an answer checker on the CPU, priced as negligible: no reward model, no such task).
+    ``recompute_logprobs`` adds the actor's forward pass that recomputes the rollouts' old
+    log-probs (task ``actor_inference``, placed in actor_training's group), as verl, NeMo-RL and
+    OpenRLHF run it. Workload files default it to true; this constructor and the paper's presets
+    to false (the paper's task set).
     """
 
     name: str
@@ -51,13 +58,15 @@ class WorkloadSpec:
     optimizer_steps: int = 1
     recompute: bool = False
     reward: str = "model"
+    recompute_logprobs: bool = False
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "name", self.name,
                 "must be a non-empty string")
-        require(isinstance(self.recompute, bool), "recompute", self.recompute,
-                "must be true or false (a YAML boolean, not a string)")
+        for key in ("recompute", "recompute_logprobs"):
+            require(isinstance(getattr(self, key), bool), key, getattr(self, key),
+                    "must be true or false (a YAML boolean, not a string)")
         require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
                 f"must be one of {list(ALGORITHMS)}")
         require(self.mode in MODES, "mode", self.mode, f"must be one of {list(MODES)}")
@@ -93,8 +102,11 @@ class WorkloadSpec:
                 f"must be one of {list(PRECISIONS)}")
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
                 f"must be one of {list(OPTIMIZERS)}")
-        require(self.schema_version == SCHEMA_VERSION, "schema_version", self.schema_version,
-                f"this hetrl reads version {SCHEMA_VERSION}")
+        require(self.schema_version in READABLE_VERSIONS, "schema_version", self.schema_version,
+                f"this hetrl reads versions {list(READABLE_VERSIONS)}")
+        if self.schema_version == 1:
+            require(not self.recompute_logprobs, "recompute_logprobs", self.recompute_logprobs,
+                    "needs schema_version 2 (version 1 has no actor_inference task)")
 
     # --- derived ---
     @property
@@ -109,7 +121,7 @@ class WorkloadSpec:
 
     @property
     def tasks(self) -> tuple[TaskInfo, ...]:
-        return tasks_for(self.algorithm, self.reward)
+        return tasks_for(self.algorithm, self.reward, self.recompute_logprobs)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -159,6 +171,7 @@ class WorkloadSpec:
             "optimizer_steps": self.optimizer_steps,
             "recompute": self.recompute,
             "reward": self.reward,
+            "recompute_logprobs": self.recompute_logprobs,
         }
 
     @classmethod
@@ -197,6 +210,9 @@ class WorkloadSpec:
         values["mode"] = mode
         values.setdefault("name", "custom")
         values.setdefault("staleness", 1 if mode == "async" else 0)
+        # a file without the key: what real systems run (version 2), or the task set of its
+        # time (version 1)
+        values.setdefault("recompute_logprobs", values.get("schema_version", SCHEMA_VERSION) != 1)
         values["prompt_length"] = LengthDist.from_dict(data["prompt_length"], "prompt_length")
         values["response_length"] = LengthDist.from_dict(data["response_length"], "response_length")
         return cls(**values)

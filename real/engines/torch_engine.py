@@ -27,7 +27,10 @@ from real.model import (
 )
 from real.tokenizer import EOS, PAD
 
-INFERENCE_ROLES = ("reference", "critic", "reward")
+INFERENCE_ROLES = ("reference", "actor", "critic", "reward")
+#: Roles whose inference is log-probs of a language model: the reference, and the actor
+#: recomputing its old log-probs (recompute_logprobs).
+LOGPROB_ROLES = ("reference", "actor")
 
 
 def _cpu_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -115,7 +118,8 @@ class TorchRollout:
 
 
 class TorchInference:
-    """Forward-only reference policy, critic or reward model (all under ``torch.no_grad``).
+    """Forward-only reference policy, actor (old log-probs), critic or reward model (all under
+    ``torch.no_grad``).
 
     ``temperature`` divides the reference's logits, as the actor's are when it samples and
     trains.
@@ -128,7 +132,7 @@ class TorchInference:
         self.role = role
         self.device = torch.device(device)
         self.temperature = temperature
-        build = build_causal_lm if role == "reference" else build_value_model
+        build = build_causal_lm if role in LOGPROB_ROLES else build_value_model
         self.model = build(spec, seed).to(self.device).eval()
         self.module = StageModule(self.model, 0, spec.layers)
 
@@ -139,8 +143,9 @@ class TorchInference:
 
     @torch.no_grad()
     def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
-        """Reference log-probabilities [B, T] (float32), 0 outside the response mask."""
-        logits, batch = self._forward("log_probs", "reference", batch)
+        """Reference (or actor) log-probabilities [B, T] (float32), 0 outside the response mask."""
+        logits, batch = self._forward("log_probs", self.role if self.role in LOGPROB_ROLES
+                                      else "reference", batch)
         return token_log_probs(logits / self.temperature, batch.input_ids) * batch.response_mask
 
     @torch.no_grad()

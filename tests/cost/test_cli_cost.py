@@ -39,8 +39,8 @@ def test_estimate_colocated_json(capsys):
     d = run_json(capsys, *BASE, "--colocate", "--tp", "4")
     assert d["feasible"] is True and d["violations"] == []
     assert list(d["tasks"]) == ["actor_generation", "reward_inference", "reference_inference",
-                                "critic_inference", "actor_training", "critic_training",
-                                "weight_sync"]
+                                "critic_inference", "actor_inference", "actor_training",
+                                "critic_training", "weight_sync"]
     wl, cluster = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("a100x8")
     est = CostModel(wl, cluster).estimate(colocated_plan(wl, cluster, tp=4))
     assert d["iteration_s"] == pytest.approx(est.iteration_s, rel=1e-12)

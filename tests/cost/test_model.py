@@ -21,6 +21,7 @@ from tests.cost.plans import random_plans, split_plan
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 TASKS = ("actor_generation", "reward_inference", "reference_inference", "critic_inference",
+         "actor_inference",
          "actor_training", "critic_training", "weight_sync")
 INFERENCE = ("reward_inference", "reference_inference", "critic_inference")
 TRAINING = ("actor_training", "critic_training")

@@ -189,3 +189,28 @@ def test_a_rule_reward_job_runs_without_a_reward_model():
     assert not res.trace.spans_of("task", "reward_inference")
     assert len(res.trace.spans_of("task", "actor_training")) == 2
     assert res.trace.task_seconds()["actor_training"] > 0
+
+
+def test_recomputed_old_logprobs_come_from_the_trainers_weights():
+    """recompute_logprobs: an actor_inference task in actor_training's group takes the
+    trainer's weights after every iteration, verified by digest, and its log-probs are the PPO
+    ratio's denominator. In sync mode they must equal the trainer's own forward (every
+    micro-batch's forward runs before the step): approx_kl 0 in iteration 1 too, which holds
+    only if actor_inference got the weights of step 0 (stale weights give a non-zero KL)."""
+    from hetrl.plan import Plan, TaskGroup, TaskPlacement
+
+    wl = workload_preset("tiny-grpo-sync").with_(name="tiny-grpo-old-logp", recompute_logprobs=True)
+    cl = cluster_preset("tiny4-single-region")
+    full = load_plan(EXAMPLES / "plan-tiny-grpo-tiny4.yaml")
+    dp2 = (((2,),), ((3,),))
+    plan = Plan(tuple(TaskGroup(g.tasks + ("actor_inference",), g.devices)
+                      if "actor_training" in g.tasks else g for g in full.groups),
+                tuple(p for p in full.placements if p.task != "actor_training") + (
+                    TaskPlacement("actor_inference", 2, 1, 1, dp2, (4,), (1.0, 1.0)),
+                    TaskPlacement("actor_training", 2, 1, 1, dp2, (4,), (1.0, 1.0))))
+    res = run_plan(wl, cl, plan, RunConfig(iterations=2, reward="target-byte", seed=3))
+    assert len(res.trace.spans_of("task", "actor_inference")) == 2
+    # each iteration: both generation replicas and both actor_inference replicas verified
+    assert res.weights_verified == 2 * (2 + 2)
+    for stats in res.stats:
+        assert stats["actor_training/approx_kl"] == pytest.approx(0.0, abs=1e-5)

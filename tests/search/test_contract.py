@@ -104,3 +104,15 @@ def test_every_scheduler_plans_a_rule_reward_job(name, small_workload, small_clu
     validate(result.plan, wl, small_cluster)
     assert {p.task for p in result.plan.placements} == set(wl.task_names)
     assert result.estimate.feasible and result.estimate.tasks["reward_inference"] == 0.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_scheduler_keeps_recomputed_logprobs_with_the_trainer(name, small_workload,
+                                                                    small_cluster):
+    """recompute_logprobs adds actor_inference, which runs on the trainer's weights: every
+    scheduler places it in actor_training's task group and prices it (> 0 s)."""
+    wl = small_workload.with_(recompute_logprobs=True)
+    result = get_scheduler(name).search(wl, small_cluster, Budget(evaluations=BUDGET_EVALS, seed=1))
+    validate(result.plan, wl, small_cluster)
+    assert result.plan.group_of("actor_inference") == result.plan.group_of("actor_training")
+    assert result.estimate.feasible and result.estimate.tasks["actor_inference"] > 0.0

@@ -33,7 +33,7 @@ def files(tmp_path):
     w, c, p = tmp_path / "w.yaml", tmp_path / "c.yaml", tmp_path / "plan.json"
     w.write_text(yaml.safe_dump(wl_data))
     c.write_text(yaml.safe_dump(cl_data))
-    wl = tiny_workload(algorithm="ppo")
+    wl = tiny_workload(algorithm="ppo", recompute_logprobs=True)  # (the file's default)
     save_plan(colocated_plan(wl, one_node(2), tp=2), p)
     return {"w": str(w), "c": str(c), "p": str(p), "dir": tmp_path}
 

@@ -186,9 +186,11 @@ def test_a_rule_reward_has_no_reward_model_and_no_reward_task():
     data = {"algorithm": "grpo", "reward": "rule", "model": "Qwen3-8B", "batch_prompts": 8,
             "responses_per_prompt": 4, "prompt_length": 64, "response_length": 64}
     wl = WorkloadSpec.from_dict(data)
-    assert wl.task_names == ("actor_generation", "reference_inference", "actor_training")
+    # (a workload file: the actor's log-probs are recomputed unless it says otherwise)
+    assert wl.task_names == ("actor_generation", "reference_inference", "actor_inference",
+                             "actor_training")
     assert [r for r, _ in wl.models] == ["actor", "reference"]
-    assert wl.task("actor_training").depends_on == ("reference_inference",)
+    assert wl.task("actor_training").depends_on == ("reference_inference", "actor_inference")
     assert WorkloadSpec.from_dict(wl.to_dict()) == wl
     ppo = WorkloadSpec.from_dict({**data, "algorithm": "ppo"})
     assert "reward_inference" not in ppo.task_names and "critic_inference" in ppo.task_names
@@ -201,3 +203,23 @@ def test_a_rule_reward_has_no_reward_model_and_no_reward_task():
     with pytest.raises(SpecError) as err:
         WorkloadSpec.from_dict({**data, "reward": "llm-judge"})
     assert err.value.field == "reward" and "['model', 'rule']" in str(err.value)
+
+
+def test_recompute_logprobs_defaults_by_file_version():
+    """A workload file without the key gets the actor's log-prob recomputation (what verl and
+    NeMo-RL run); a version-1 file keeps the task set it was written with; the paper's presets
+    keep the paper's tasks."""
+    from hetrl.spec.presets import workload_preset
+
+    base = workload_preset("qwen3-4b-grpo-sync").to_dict()
+    assert base["recompute_logprobs"] is False
+    del base["recompute_logprobs"]
+    v2 = WorkloadSpec.from_dict({**base, "schema_version": 2})
+    assert v2.recompute_logprobs and "actor_inference" in v2.task_names
+    assert v2.task("actor_training").depends_on[-1] == "actor_inference"
+    v1 = WorkloadSpec.from_dict({**base, "schema_version": 1})
+    assert not v1.recompute_logprobs and "actor_inference" not in v1.task_names
+    with pytest.raises(SpecError, match="recompute_logprobs"):
+        WorkloadSpec.from_dict({**base, "schema_version": 1, "recompute_logprobs": True})
+    with pytest.raises(SpecError, match="recompute_logprobs"):
+        WorkloadSpec.from_dict({**base, "recompute_logprobs": "yes"})

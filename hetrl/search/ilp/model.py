@@ -13,6 +13,7 @@ from hetrl.cost.model import CostModel
 from hetrl.errors import HetrlError
 from hetrl.plan import Plan, TaskGroup, TaskPlacement
 from hetrl.search.ilp.data import SCALE, Candidate
+from hetrl.spec.tasks import COLOCATED_WITH
 
 
 class NoSolution(Exception):
@@ -87,6 +88,29 @@ def memory_constraints(m, model: CostModel, cands: dict[str, list[Candidate]],
         coefs = [int(mb[t][i, d]) for t in cands for i in users_[t][d]]
         if lits:
             m.Add(cp_model.LinearExpr.WeightedSum(lits, coefs) <= int(cap[d]))
+
+
+def colocation_constraints(m, x: dict[str, list], users_: dict[str, list[list[int]]]) -> None:
+    """A task that must share its host's group (``COLOCATED_WITH``) uses only devices its host's
+    chosen candidate uses."""
+    for t, host in COLOCATED_WITH.items():
+        if t in x and host in x:
+            for d, idx in enumerate(users_[t]):
+                if idx:
+                    m.Add(sum(x[t][i] for i in idx) <= sum(x[host][j] for j in users_[host][d]))
+
+
+def colocated(chosen: dict[str, Candidate], cands: dict[str, list[Candidate]]
+              ) -> dict[str, Candidate]:
+    """``chosen`` with each task of ``COLOCATED_WITH`` moved, if it is not on its host's devices,
+    to its fastest candidate on them (left as it is when it has none there)."""
+    out = dict(chosen)
+    for t, host in COLOCATED_WITH.items():
+        if t in out and host in out and not set(out[t].devices) <= set(out[host].devices):
+            inside = [c for c in cands[t] if set(c.devices) <= set(out[host].devices)]
+            if inside:
+                out[t] = min(inside, key=lambda c: c.seconds)
+    return out
 
 
 def fits(model: CostModel, chosen: dict[str, Candidate]) -> bool:
@@ -243,8 +267,9 @@ def greedy_fallback(model: CostModel, cands: dict[str, list[Candidate]]) -> dict
             chosen[t] = pick
             used = used + pick.need
         else:
-            return chosen
-    return {t: min(cs, key=lambda c: (c.devices != full, c.seconds)) for t, cs in cands.items()}
+            return colocated(chosen, cands)
+    return colocated({t: min(cs, key=lambda c: (c.devices != full, c.seconds))
+                      for t, cs in cands.items()}, cands)
 
 
 def plan_from(workload, chosen: dict[str, Candidate]) -> Plan:

@@ -17,6 +17,7 @@ from hetrl.search.ilp.model import (
     check_nonempty,
     choice_vars,
     chosen_of,
+    colocation_constraints,
     durations_ms,
     memory_constraints,
     sync_var,
@@ -57,6 +58,7 @@ def solve(model: CostModel, cands: dict[str, list[Candidate]], time_limit_s: flo
         m.Add(end[t] == start[t] + dur[t])
     used_by = users(cands, n_dev)  # built once: it is large
     uses = use_vars(m, x, used_by)
+    colocation_constraints(m, x, used_by)
     per_device: dict[int, list] = {d: [] for d in range(n_dev)}
     for (t, d), u in uses.items():
         per_device[d].append(m.NewOptionalIntervalVar(start[t], dur[t], end[t], u, f"iv[{t},{d}]"))

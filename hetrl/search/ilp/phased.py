@@ -39,13 +39,15 @@ from hetrl.search.ilp.model import (
 )
 from hetrl.search.ilp.monolithic import solve
 from hetrl.search.ilp.pairwise import Pairwise
+from hetrl.spec.tasks import COLOCATED_WITH
 
 
 def stages_of(workload) -> tuple[tuple[str, ...], ...] | None:
     """The workflow's stages when they are barriers -- every task of a stage depends on every
     task of the stage before and on nothing else -- with at most three tasks each, the first
-    stage being generation alone, in sync mode (PPO and GRPO); None otherwise."""
-    if workload.mode != "sync":
+    stage being generation alone, in sync mode (PPO and GRPO), and no task bound to another
+    stage's group (``COLOCATED_WITH``: its patterns would cross stages); None otherwise."""
+    if workload.mode != "sync" or any(t in COLOCATED_WITH for t in workload.task_names):
         return None
     by_stage: dict[int, list[str]] = {}
     for info in workload.tasks:
