@@ -68,7 +68,7 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
                    help="parameters YAML to write (read back by `hetrl estimate --params`)")
     p.add_argument("--params", help="starting parameters YAML (default: the built-in defaults)")
     p.add_argument("--sweeps", type=positive_int("--sweeps"), default=8,
-                   help="coordinate-descent sweeps at most (default 8)")
+                   help="least-squares steps per fitted parameter at most (default 8)")
     _json_flag(p)
 
 
