@@ -1,0 +1,558 @@
+"""Validation of the cost model against published measurements (docs/validation.md).
+
+Every row of ``shared/data/public_measurements.md`` is one YAML file in ``experiments/public/``
+(``S12.yaml``, ...): its source, every assumption made for a detail the source leaves out (in the
+header comment), the workload, the cluster, a compact layout and the measured numbers. This
+script builds a ``WorkloadSpec``, a ``ClusterSpec`` and a ``Plan`` from each, estimates it with
+hetrl's cost model and compares like with like:
+
+- step rows: the iteration time, and each stage the source breaks out (generation, the actor's
+  old log-probs, the reference, the actor update);
+- gen rows: generation time for the measured output tokens (output tokens / measured tokens/s);
+- fwd rows: seconds of one forward (time to first token);
+- train rows: one optimizer step, measured seconds = the step's FLOPs (as the source counts them)
+  / measured FLOP/s, or its tokens / measured tokens/s;
+- sync rows: seconds of one weight sync.
+
+Component rows (gen, fwd, train, sync) place the measured task(s) on the measured GPUs; the
+workload's other tasks go to a *padding* node whose time is never read (a task group's time and
+memory depend only on its own devices), and a task's rollout-transfer part from that node is left
+out.
+
+    python experiments/validate_public.py            # table; writes the CSV and the figure
+    python experiments/validate_public.py --json     # {"rows": [...], "median_abs_log_ratio": ...}
+
+``validate(params)`` returns the comparisons as a DataFrame, so a fit can pass other
+``CostParams``; nothing here changes a constant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from hetrl.cost.lengths import length_stats
+from hetrl.cost.model import CostModel, Estimate
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.workflow import stage_makespan
+from hetrl.io import write_text_atomic
+from hetrl.plan import Plan, Provenance, TaskGroup, TaskPlacement, make_placement, validate_layout
+from hetrl.plan import validate as validate_plan
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS_DIR = ROOT / "experiments" / "public"
+GPUS_FILE = ROWS_DIR / "gpus.yaml"
+CSV_PATH = ROOT / "experiments" / "results" / "public.csv"
+FIGURE_PATH = ROOT / "figures" / "public.png"
+
+KINDS = ("step", "gen", "fwd", "train", "sync")
+SPLITS = ("fit", "holdout")
+STAGES = {"generation": 0, "inference": 1, "training": 2}
+#: A comparison within this factor of the measurement counts as a hit (the +-30% band).
+BAND = 0.30
+#: The padding node: one device that holds whatever a component row does not measure.
+PADDING_GPU = {"name": "padding", "bf16_tflops": 1e5, "memory_gb": 1e4, "hbm_gbps": 1e5,
+               "intra_link": "nvlink", "intra_link_gbps": 1e4, "node_nic_gbps": 1e5,
+               "source": "validate_public.py: holds the tasks a component row does not measure"}
+ROW_KEYS = {"id", "kind", "split", "source", "source_key", "skip", "workload", "cluster",
+            "padding", "layout", "exclude_tasks", "compare", "gaps"}
+
+
+class RowError(Exception):
+    """A row that cannot be estimated (a missing hetrl feature, a bad row file): reported as
+    skipped with this message, never fatal to the run."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement row as written in ``experiments/public/<id>.yaml``."""
+
+    id: str
+    kind: str
+    split: str
+    source: str
+    source_key: str
+    path: Path
+    skip: str | None = None
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    cluster: Mapping[str, Any] = field(default_factory=dict)
+    padding: bool = False
+    layout: Mapping[str, Any] = field(default_factory=dict)
+    exclude_tasks: tuple[str, ...] = ()
+    compare: tuple[Mapping[str, Any], ...] = ()
+    gaps: str = ""
+
+
+# --- rows ------------------------------------------------------------------------------------
+
+def load_row(path: Path) -> Row:
+    """One row file; a missing or unknown key is a :class:`RowError` naming the file."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, Mapping):
+        raise RowError(f"{path.name}: not a mapping")
+    unknown = set(data) - ROW_KEYS
+    if unknown:
+        raise RowError(f"{path.name}: unknown keys {sorted(unknown)}")
+    for key in ("id", "kind", "split", "source", "source_key"):
+        if key not in data:
+            raise RowError(f"{path.name}: '{key}' is required")
+    if data["kind"] not in KINDS or data["split"] not in SPLITS:
+        raise RowError(f"{path.name}: kind must be one of {KINDS}, split one of {SPLITS}")
+    if data["id"] != path.stem:
+        raise RowError(f"{path.name}: id {data['id']!r} differs from the file name")
+    if not data.get("skip"):
+        for key in ("workload", "cluster", "layout", "compare"):
+            if not data.get(key):
+                raise RowError(f"{path.name}: '{key}' is required unless the row is skipped")
+    return Row(id=str(data["id"]), kind=data["kind"], split=data["split"],
+               source=str(data["source"]), source_key=str(data["source_key"]), path=path,
+               skip=data.get("skip") or None, workload=data.get("workload") or {},
+               cluster=data.get("cluster") or {}, padding=bool(data.get("padding", False)),
+               layout=data.get("layout") or {},
+               exclude_tasks=tuple(data.get("exclude_tasks") or ()),
+               compare=tuple(data.get("compare") or ()), gaps=str(data.get("gaps") or ""))
+
+
+def _order(row_id: str) -> tuple[int, int, str]:
+    prefix = "SGFTW".find(row_id[:1])
+    digits = "".join(ch for ch in row_id[1:] if ch.isdigit())
+    return (prefix if prefix >= 0 else 9, int(digits) if digits else 0, row_id)
+
+
+def load_rows(directory: Path = ROWS_DIR) -> list[Row]:
+    """Every row file of ``directory`` (``gpus.yaml`` is not a row), in table order."""
+    paths = [p for p in directory.glob("*.yaml") if p.name != GPUS_FILE.name]
+    return sorted((load_row(p) for p in paths), key=lambda r: _order(r.id))
+
+
+def _gpu_types() -> list[dict[str, Any]]:
+    return list(yaml.safe_load(GPUS_FILE.read_text())["gpu_types"])
+
+
+# --- specs and plan --------------------------------------------------------------------------
+
+def _has_field(cls: type, name: str) -> bool:
+    return name in {f.name for f in dataclasses.fields(cls)}
+
+
+def build_workload(row: Row) -> WorkloadSpec:
+    """The row's workload. ``recompute_logprobs`` (the actor's old-log-prob forward) is passed
+    when hetrl knows it; a row that needs it on a hetrl without it is a :class:`RowError`."""
+    data = dict(row.workload)
+    data.setdefault("name", f"public-{row.id}")
+    wants = bool(data.pop("recompute_logprobs", False))
+    if _has_field(WorkloadSpec, "recompute_logprobs"):
+        data["recompute_logprobs"] = wants
+    elif wants:
+        raise RowError("needs WorkloadSpec.recompute_logprobs (the actor_inference task, verl's "
+                       "old_log_prob), which this hetrl does not have yet")
+    return WorkloadSpec.from_dict(data, base_dir=row.path.parent)
+
+
+def build_cluster(row: Row) -> tuple[ClusterSpec, int]:
+    """The row's cluster plus, for component rows, the padding node after its devices; and the
+    number of measured devices (the padding device's id)."""
+    data = dict(row.cluster)
+    data.setdefault("name", f"public-{row.id}")
+    data["gpu_types"] = list(data.get("gpu_types") or []) + _gpu_types()
+    measured = ClusterSpec.from_dict(data).num_devices
+    if row.padding:
+        data["gpu_types"].append(PADDING_GPU)
+        data["nodes"] = list(data["nodes"]) + [
+            {"name": "padding", "gpu": "padding", "count": 1, "nic_gbps": 1e5}]
+    return ClusterSpec.from_dict(data), measured
+
+
+def _device_ids(spec: Any, n: int, where: str) -> list[int]:
+    """``"all"``, ``"a-b"`` (inclusive), an integer or a list of ids."""
+    if spec == "all":
+        return list(range(n))
+    if isinstance(spec, int):
+        return [spec]
+    if isinstance(spec, str) and "-" in spec:
+        lo, hi = (int(x) for x in spec.split("-"))
+        return list(range(lo, hi + 1))
+    if isinstance(spec, list) and all(isinstance(d, int) for d in spec):
+        return list(spec)
+    raise RowError(f"{where}: devices {spec!r} must be 'all', 'a-b', an id or a list of ids")
+
+
+def _placement(task: str, devices: list[int], spec: Mapping[str, Any], workload: WorkloadSpec,
+               where: str) -> TaskPlacement:
+    tp, pp = int(spec.get("tp", 1)), int(spec.get("pp", 1))
+    if len(devices) % (tp * pp):
+        raise RowError(f"{where}: tp*pp = {tp * pp} does not divide its {len(devices)} devices")
+    dp = len(devices) // (tp * pp)
+    model = workload.model(workload.task(task).role)
+    validate_layout(model, tp, pp, where)
+    p = make_placement(task, devices, dp, pp, tp, model.layers)
+    backend = spec.get("backend")
+    if backend is not None:
+        if not _has_field(TaskPlacement, "backend"):
+            raise RowError(f"needs TaskPlacement.backend = {backend!r} for {task} (ZeRO-3/FSDP "
+                           "sharding of the trained states), which this hetrl does not have yet")
+        p = dataclasses.replace(p, backend=backend)
+    return p
+
+
+def build_plan(row: Row, workload: WorkloadSpec, cluster: ClusterSpec, measured: int) -> Plan:
+    """Task groups from ``layout.groups`` (each task spans its group's devices); per task
+    ``tp``/``pp``/``backend`` from ``layout.placements`` (``default`` for the others; dp fills
+    the group). Tasks in no group go to the padding device (component rows only)."""
+    names = list(workload.task_names)
+    specs = row.layout.get("placements") or {}
+    groups, placements, placed = [], [], set()
+    for gi, g in enumerate(row.layout.get("groups") or []):
+        where = f"{row.id}: layout.groups[{gi}]"
+        tasks = names if g.get("tasks") == "all" else list(g.get("tasks") or [])
+        missing = [t for t in tasks if t not in names]
+        if missing:
+            raise RowError(f"{where}: {missing} not tasks of this workload ({names})")
+        tasks = [t for t in tasks if t not in placed]
+        devices = _device_ids(g.get("devices", "all"), measured, where)
+        for t in tasks:
+            spec = {**(specs.get("default") or {}), **(specs.get(t) or {})}
+            placements.append(_placement(t, devices, spec, workload, f"{where}.{t}"))
+            placed.add(t)
+        groups.append(TaskGroup(tuple(tasks), tuple(devices)))
+    rest = [t for t in names if t not in placed]
+    if rest:
+        if not row.padding:
+            raise RowError(f"{row.id}: tasks {rest} are in no group (and the row has no padding)")
+        pad = measured
+        for t in rest:
+            placements.append(make_placement(t, [pad], 1, 1, 1,
+                                             workload.model(workload.task(t).role).layers))
+        groups.append(TaskGroup(tuple(rest), (pad,)))
+    order = {t: i for i, t in enumerate(names)}
+    plan = Plan(tuple(groups), tuple(sorted(placements, key=lambda p: order[p.task])),
+                Provenance(scheduler="manual", note=f"public validation row {row.id}"))
+    validate_plan(plan, workload, cluster)
+    return plan
+
+
+# --- quantities ------------------------------------------------------------------------------
+
+def megatron_flops(batch: int, seq: int, layers: int, hidden: int, ffn: int, heads: int,
+                   vocab: int, query_groups: int | None = None, swiglu: bool = False,
+                   kv_channels: int | None = None) -> float:
+    """FLOPs of one training iteration as Megatron-LM counts them for its TFLOP/s
+    (``num_floating_point_operations`` in ``megatron/training/training.py``, 2024): 12 B s l h^2
+    x [(1 + g/a + s/h) q/h + (f/h) (3/2 if SwiGLU) + V / (2 l h)] -- forward and backward of
+    every GEMM, full (not causal) attention, no recomputation."""
+    kv = kv_channels or hidden // heads
+    groups = query_groups or heads
+    q_ratio = kv * heads / hidden
+    gated = 1.5 if swiglu else 1.0
+    return (12.0 * batch * seq * layers * hidden * hidden
+            * ((1 + groups / heads + seq / hidden) * q_ratio + ffn / hidden * gated
+               + vocab / (2 * layers * hidden)))
+
+
+def measured_seconds(comp: Mapping[str, Any], workload: WorkloadSpec) -> float:
+    """A published number in seconds. Throughputs become the time for this workload's tokens
+    (or FLOPs) at the published rate; an epoch time the time for this workload's samples."""
+    value, unit = float(comp["value"]), comp.get("unit", "s")
+    L = length_stats(workload)
+    n = workload.samples
+    gpus = comp.get("gpus")
+    if unit == "s":
+        return value
+    if unit == "ms":
+        return value / 1e3
+    if unit == "h":
+        return value * 3600.0
+    if unit == "h_per_epoch":
+        return value * 3600.0 * n / float(comp["epoch_samples"])
+    if unit == "output_tokens_per_s":
+        return n * L.response_mean / value
+    if unit == "tokens_per_s":
+        return n * L.seq_mean / value
+    if unit == "tokens_per_s_per_gpu":
+        return n * L.seq_mean / (value * float(gpus))
+    if unit == "tflops_per_gpu":
+        return megatron_flops(**comp["megatron"]) / (value * 1e12 * float(gpus))
+    raise RowError(f"unknown unit {unit!r}")
+
+
+def _term(term: str, row: Row, est: Estimate, plan: Plan, workload: WorkloadSpec,
+          params: CostParams) -> float:
+    term = term.strip()
+    excluded = set(row.exclude_tasks)
+    if term == "iteration":
+        return est.iteration_s - sum(est.tasks.get(t, 0.0) for t in excluded)
+    if term == "sync":
+        return est.tasks["weight_sync"]
+    kind, _, name = term.partition(":")
+    if kind == "task":
+        if name not in workload.task_names:
+            raise RowError(f"quantity {term!r}: {name} is not a task of this workload")
+        seconds = est.tasks[name]
+        if row.padding:  # the rollout transfer from the padding node is not measured
+            seconds -= est.parts.get(name, {}).get("data", 0.0)
+        return seconds
+    if kind == "stage" and name in STAGES:
+        names = [t.name for t in workload.tasks
+                 if t.stage == STAGES[name] and t.name not in excluded]
+        devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
+        return stage_makespan(names, est.tasks, devices, params.eta)
+    raise RowError(f"unknown quantity {term!r} (iteration, sync, task:NAME, stage:NAME, a+b)")
+
+
+def estimate_quantity(quantity: str, row: Row, est: Estimate, plan: Plan,
+                      workload: WorkloadSpec, params: CostParams) -> float:
+    """The estimate of ``quantity``: terms joined by ``+``."""
+    return sum(_term(t, row, est, plan, workload, params) for t in quantity.split("+"))
+
+
+def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
+    """Subtracting a task from the iteration is exact only when every task runs one after
+    another: sync mode, one task group."""
+    if row.exclude_tasks and (workload.mode != "sync" or len(plan.groups) != 1):
+        raise RowError("exclude_tasks needs a sync, fully co-located plan")
+
+
+# --- the validation --------------------------------------------------------------------------
+
+COLUMNS = ["id", "kind", "split", "primary", "quantity", "estimate_s", "measured_s", "ratio",
+           "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key", "reason"]
+
+
+def _record(row: Row, **values: Any) -> dict[str, Any]:
+    out = {c: None for c in COLUMNS}
+    out.update(id=row.id, kind=row.kind, split=row.split, source_key=row.source_key)
+    out.update(values)
+    return out
+
+
+def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str, Any]]:
+    """The comparisons of one row (the first is the row's primary one); a skipped or failing
+    row gives one record with status ``skipped`` and the reason."""
+    if row.skip:
+        return [_record(row, primary=True, quantity="-", status="skipped", reason=row.skip)]
+    try:
+        workload = build_workload(row)
+        cluster, measured = build_cluster(row)
+        plan = build_plan(row, workload, cluster, measured)
+        _check_exclusions(row, plan, workload)
+        est = CostModel(workload, cluster, params).estimate(plan)
+        gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})
+        records = []
+        for i, comp in enumerate(row.compare):
+            estimate = estimate_quantity(comp["quantity"], row, est, plan, workload, params)
+            meas = measured_seconds(comp, workload)
+            if not (estimate > 0 and math.isfinite(estimate)):
+                raise RowError(f"{comp.get('label', comp['quantity'])}: the estimate is "
+                               f"{estimate!r} s (not positive)")
+            ratio = estimate / meas
+            records.append(_record(
+                row, primary=i == 0, quantity=str(comp.get("label", comp["quantity"])),
+                estimate_s=estimate, measured_s=meas, ratio=ratio,
+                abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= BAND,
+                status="estimated", feasible=bool(est.feasible), gpu="+".join(gpus),
+                reason=_reason(row, est)))
+        return records
+    except Exception as exc:  # noqa: BLE001 -- one row's failure is reported, not fatal
+        message = str(exc) if isinstance(exc, RowError) else f"{type(exc).__name__}: {exc}"
+        return [_record(row, primary=True, quantity="-", status="skipped",
+                        reason=f"not estimated: {message}")]
+
+
+def _reason(row: Row, est: Estimate) -> str:
+    parts = []
+    if not est.feasible:
+        first = est.violations[0] if est.violations else "does not fit"
+        parts.append(f"INFEASIBLE in the cost model (time shown ignoring memory): {first}")
+    if row.gaps:
+        parts.append(row.gaps)
+    return "; ".join(parts)
+
+
+def validate(params: CostParams = DEFAULT_PARAMS, rows: Sequence[Row] | None = None
+             ) -> pd.DataFrame:
+    """Every comparison of every row (``rows``: default all of ``experiments/public``), one
+    line each, with the estimate under ``params``."""
+    rows = load_rows() if rows is None else rows
+    records = [r for row in rows for r in estimate_row(row, params)]
+    return pd.DataFrame.from_records(records, columns=COLUMNS)
+
+
+def summary(df: pd.DataFrame) -> dict[str, Any]:
+    """Median |ln(estimate / measured)| per split, the share within the band, counts -- over
+    each row's primary comparison (stage breakdowns are reported, not pooled)."""
+    primary = df[df["primary"].astype(bool)]
+    ok = primary[primary["status"] == "estimated"]
+    out: dict[str, Any] = {"median_abs_log_ratio": {}, "within_band_share": {},
+                           "estimated": {}, "skipped": {}, "row_counts": {}}
+    for split in SPLITS:
+        part = ok[ok["split"] == split]
+        out["median_abs_log_ratio"][split] = (float(part["abs_log_ratio"].median())
+                                             if len(part) else None)
+        out["within_band_share"][split] = (float(part["within_band"].mean())
+                                          if len(part) else None)
+        out["estimated"][split] = int(len(part))
+        out["row_counts"][split] = int((primary["split"] == split).sum())
+        out["skipped"][split] = int(((primary["split"] == split)
+                                     & (primary["status"] == "skipped")).sum())
+    out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
+    return out
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def to_json(df: pd.DataFrame) -> dict[str, Any]:
+    """The --json answer: ``rows`` (one per row id: its primary comparison, with its stage
+    comparisons under ``stages``) and the summary."""
+    rows = []
+    for _, part in df.groupby("id", sort=False):
+        first = part.iloc[0]
+        entry = {k: _clean(first[k]) for k in COLUMNS if k != "primary"}
+        entry["stages"] = [{k: _clean(r[k]) for k in ("quantity", "estimate_s", "measured_s",
+                                                      "ratio", "within_band")}
+                           for _, r in part.iloc[1:].iterrows()]
+        rows.append(entry)
+    return {"rows": rows, **summary(df), "band": BAND}
+
+
+# --- output ----------------------------------------------------------------------------------
+
+def _fmt(x: Any, spec: str) -> str:
+    """``x`` formatted by ``spec``; a missing number as a dash of the same width."""
+    width = int("".join(ch for ch in spec.split(".")[0] if ch.isdigit()) or 0)
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-".rjust(width)
+    return format(x, spec)
+
+
+def table(df: pd.DataFrame) -> str:
+    """One line per comparison (stage comparisons indented under their row), the medians and
+    shares per split, and the skipped rows with their reasons."""
+    lines = [f"{'id':<5}{'split':<8}{'quantity':<30}{'estimate_s':>12}{'measured_s':>12}"
+             f"{'ratio':>8}  verdict"]
+    for _, r in df.iterrows():
+        primary = bool(r["primary"])
+        if r["status"] == "estimated":
+            verdict = "hit" if r["within_band"] else "miss"
+            if primary and not r["feasible"]:
+                verdict += " (plan infeasible in the cost model)"
+        else:
+            verdict = "skipped (below)"
+        quantity = r["quantity"] if primary else f"  {r['quantity']}"
+        lines.append(f"{r['id'] if primary else '':<5}{r['split'] if primary else '':<8}"
+                     f"{quantity:<30}{_fmt(r['estimate_s'], '12.4g')}"
+                     f"{_fmt(r['measured_s'], '12.4g')}{_fmt(r['ratio'], '8.3f')}  {verdict}")
+    s = summary(df)
+    lines.append("")
+    for split in SPLITS:
+        med = s["median_abs_log_ratio"][split]
+        factor = math.exp(med) if med is not None else None
+        lines.append(
+            f"{split:<8} rows {s['row_counts'][split]:>2}, estimated {s['estimated'][split]:>2}, "
+            f"skipped {s['skipped'][split]:>2}: median |ln(est/meas)| {_fmt(med, '.3f')} "
+            f"(a factor {_fmt(factor, '.2f')}), within +-{BAND:.0%}: "
+            f"{_fmt(s['within_band_share'][split], '.0%')}")
+    lines.append(f"all estimated rows within +-{BAND:.0%}: "
+                 f"{_fmt(s['within_band_share']['all'], '.0%')} (primary comparisons only)")
+    lines.append("skipped rows:")
+    for _, r in df[df["status"] == "skipped"].iterrows():
+        lines.append(f"  {r['id']}: {r['reason']}")
+    return "\n".join(lines)
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"))
+
+
+def plot(df: pd.DataFrame, path: Path) -> None:
+    """Estimate vs measured seconds, log-log, the y = x line and the +-30% band; fit and
+    holdout rows marked differently, each point labelled by its id (primary comparisons)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = df[(df["status"] == "estimated") & df["primary"].astype(bool)]
+    fig, ax = plt.subplots(figsize=(7.5, 7))
+    lo = min(ok["estimate_s"].min(), ok["measured_s"].min()) / 2 if len(ok) else 0.01
+    hi = max(ok["estimate_s"].max(), ok["measured_s"].max()) * 2 if len(ok) else 1000
+    xs = [lo, hi]
+    ax.fill_between(xs, [x * (1 - BAND) for x in xs], [x * (1 + BAND) for x in xs],
+                    color="0.88", label=f"±{BAND:.0%}")
+    ax.plot(xs, xs, color="0.3", lw=1, label="estimate = measured")
+    styles = {"fit": dict(marker="o", color="tab:blue"),
+              "holdout": dict(marker="s", color="tab:orange")}
+    for split, style in styles.items():
+        part = ok[ok["split"] == split]
+        ax.scatter(part["measured_s"], part["estimate_s"], s=36, label=f"{split} ({len(part)})",
+                   zorder=3, **style)
+        for _, r in part.iterrows():
+            ax.annotate(r["id"], (r["measured_s"], r["estimate_s"]), textcoords="offset points",
+                        xytext=(4, 3), fontsize=8)
+    ax.set(xscale="log", yscale="log", xlim=xs, ylim=xs, xlabel="measured (s)",
+           ylabel="estimated by hetrl's cost model (s)",
+           title="Cost model vs published measurements (default CostParams)")
+    ax.legend(loc="upper left")
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=130)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    ap.add_argument("--only", help="comma-separated row ids (default: every row)")
+    ap.add_argument("--csv", type=Path, default=CSV_PATH, help=f"default {CSV_PATH}")
+    ap.add_argument("--figure", type=Path, default=FIGURE_PATH, help=f"default {FIGURE_PATH}")
+    ap.add_argument("--no-write", action="store_true", help="write neither the CSV nor the figure")
+    args = ap.parse_args(argv)
+    rows = load_rows()
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",") if x.strip()}
+        unknown = wanted - {r.id for r in rows}
+        if unknown:
+            print(f"validate_public: error: unknown rows {sorted(unknown)}", file=sys.stderr)
+            return 2
+        rows = [r for r in rows if r.id in wanted]
+    df = validate(DEFAULT_PARAMS, rows)
+    if not args.no_write:
+        write_csv(df, args.csv)
+        plot(df, args.figure)
+    if args.json:
+        print(json.dumps(to_json(df), indent=2))
+    else:
+        print(table(df))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

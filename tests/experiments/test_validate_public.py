@@ -1,0 +1,127 @@
+"""The public-measurement validation (experiments/validate_public.py, docs/validation.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+
+from experiments import validate_public as vp
+from hetrl.cost.params import DEFAULT_PARAMS
+
+#: The 29 rows of shared/data/public_measurements.md.
+IDS = ([f"S{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
+       + [f"T{i}" for i in range(1, 5)] + [f"W{i}" for i in range(1, 5)])
+#: Cheap rows that every hetrl version can estimate (no FSDP backend needed).
+QUICK = ("G1", "G2", "F1", "T1", "W1", "W4", "S1")
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[vp.Row]:
+    return vp.load_rows()
+
+
+@pytest.fixture(scope="module")
+def quick(rows) -> pd.DataFrame:
+    return vp.validate(DEFAULT_PARAMS, [r for r in rows if r.id in QUICK])
+
+
+def test_every_measurement_has_one_row_file_that_loads(rows):
+    assert sorted(r.id for r in rows) == sorted(IDS)
+    for r in rows:
+        assert r.kind == {"S": "step", "G": "gen", "F": "fwd", "T": "train", "W": "sync"}[r.id[0]]
+        assert r.source and r.source_key
+        # every row states where it comes from and what was assumed in its header comment
+        header = r.path.read_text().split("\nid:")[0]
+        assert header.startswith(f"# {r.id} -- ") and "Source:" in header
+        assert r.skip or ("Assumptions" in header and r.compare)
+
+
+def test_at_most_half_the_rows_fit_and_no_source_on_both_sides(rows):
+    splits = [r.split for r in rows]
+    assert splits.count("fit") <= len(rows) / 2
+    sides = defaultdict(set)
+    for r in rows:
+        sides[r.source_key].add(r.split)
+    assert all(len(s) == 1 for s in sides.values()), {k: s for k, s in sides.items() if len(s) > 1}
+    # the step rows are the holdout; every fit row is a component row
+    assert all(r.split == "holdout" for r in rows if r.kind == "step")
+    assert all(r.kind != "step" for r in rows if r.split == "fit")
+
+
+def test_estimated_ratios_are_positive_finite_and_estimate_over_measured(quick):
+    est = quick[quick["status"] == "estimated"]
+    assert set(est["id"]) == set(QUICK)
+    for _, r in est.iterrows():
+        assert r["estimate_s"] > 0 and r["measured_s"] > 0
+        assert math.isfinite(r["ratio"]) and r["ratio"] > 0
+        assert r["ratio"] == pytest.approx(r["estimate_s"] / r["measured_s"], rel=1e-12)
+        assert r["abs_log_ratio"] == pytest.approx(abs(math.log(r["ratio"])), rel=1e-12)
+        assert r["within_band"] == (abs(r["ratio"] - 1) <= vp.BAND)
+
+
+def test_measured_seconds_by_hand(rows, quick):
+    by_id = {r["id"]: r for _, r in quick[quick["primary"]].iterrows()}
+    assert by_id["G1"]["measured_s"] == pytest.approx(256 * 128 / 5390)  # 6.079 s
+    assert by_id["G2"]["measured_s"] == pytest.approx(32 * 2048 / 1484)  # 44.16 s
+    assert by_id["F1"]["measured_s"] == pytest.approx(0.1324)
+    assert by_id["S1"]["measured_s"] == pytest.approx(15.4 * 3600 * 16 / 264292)  # 3.356 s
+    # T1: Megatron's FLOPs of 192 x 4096 tokens of the 7.1B GPT over 465.9 TFLOP/s x 96 GPUs
+    b, s, lay, h, v = 192, 4096, 30, 4096, 131072
+    flops = 12 * b * s * lay * h * h * ((1 + 1 + s / h) + 4 + v / (2 * lay * h))
+    assert by_id["T1"]["measured_s"] == pytest.approx(flops / (465.9e12 * 96))
+    t4 = next(r for r in rows if r.id == "T4")
+    assert vp.measured_seconds(t4.compare[0], vp.build_workload(t4)) == pytest.approx(16 * 8192 / (5762 * 8))
+
+
+def test_megatron_flops_swiglu_and_gqa_terms():
+    # one layer, h = 2, s = 2, V = 4, a = 2, g = 1 query group, ffn 4, SwiGLU:
+    # 12 * 1 * 2 * 1 * 4 * [(1 + 1/2 + 1) * 1 + 2 * 1.5 + 4 / 4] = 96 * 6.5
+    assert vp.megatron_flops(1, 2, 1, 2, 4, 2, 4, query_groups=1, swiglu=True) == 96 * 6.5
+
+
+def test_json_output_has_the_documented_keys(capsys, tmp_path):
+    code = vp.main(["--json", "--only", "G1,F1,W3,G5", "--csv", str(tmp_path / "p.csv"),
+                    "--figure", str(tmp_path / "p.png")])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["median_abs_log_ratio"]) == {"fit", "holdout"}
+    assert out["median_abs_log_ratio"]["holdout"] is None  # no holdout row was asked for
+    ids = [r["id"] for r in out["rows"]]
+    assert sorted(ids) == ["F1", "G1", "G5", "W3"]
+    for r in out["rows"]:
+        assert {"id", "estimate_s", "measured_s", "ratio", "split", "kind", "quantity",
+                "reason", "status", "stages"} <= set(r)
+    skipped = {r["id"]: r for r in out["rows"] if r["status"] == "skipped"}
+    assert set(skipped) == {"W3", "G5"} and all(r["ratio"] is None for r in skipped.values())
+    assert all(r["reason"] for r in skipped.values())
+    fit = [r for r in out["rows"] if r["status"] == "estimated"]
+    expected = sorted(abs(math.log(r["ratio"])) for r in fit)
+    assert out["median_abs_log_ratio"]["fit"] == pytest.approx(
+        (expected[0] + expected[1]) / 2)
+    table = pd.read_csv(tmp_path / "p.csv")
+    assert list(table.columns) == vp.COLUMNS and set(table["id"]) == {"G1", "G5", "F1", "W3"}
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_step_rows_report_each_stage_under_the_primary_comparison(rows):
+    s12 = next(r for r in rows if r.id == "S12")
+    labels = [c["label"] for c in s12.compare]
+    assert labels[0].startswith("step") and {"gen", "old_log_prob", "ref", "update_actor"} <= set(labels)
+    df = vp.validate(DEFAULT_PARAMS, [s12])
+    if (df["status"] == "estimated").all():  # the FSDP backend is in this hetrl
+        assert list(df["primary"]) == [True, False, False, False, False]
+        assert set(df["quantity"][1:]) == {"gen", "old_log_prob", "ref", "update_actor"}
+    else:
+        assert len(df) == 1 and "not estimated" in df["reason"].iloc[0]
+
+
+def test_a_row_that_cannot_be_built_is_skipped_with_its_reason(rows):
+    g1 = next(r for r in rows if r.id == "G1")
+    bad = vp.Row(**{**g1.__dict__, "layout": {"groups": [{"tasks": ["no_such_task"]}]}})
+    df = vp.validate(DEFAULT_PARAMS, [bad])
+    assert list(df["status"]) == ["skipped"]
+    assert "no_such_task" in df["reason"].iloc[0]
