@@ -68,6 +68,10 @@ BAND = 0.30
 PADDING_GPU = {"name": "padding", "bf16_tflops": 1e5, "memory_gb": 1e4, "hbm_gbps": 1e5,
                "intra_link": "nvlink", "intra_link_gbps": 1e4, "node_nic_gbps": 1e5,
                "source": "validate_public.py: holds the tasks a component row does not measure"}
+#: Placement fields a row may set beyond the layout, and what they stand for.
+PLACEMENT_EXTRAS = {"backend": "ZeRO-3/FSDP sharding of the trained states",
+                    "offload": "FSDP parameter and optimizer offload to host memory"}
+COMPARE_KEYS = {"label", "quantity", "value", "unit", "gpus", "epoch_samples", "megatron"}
 ROW_KEYS = {"id", "kind", "split", "source", "source_key", "skip", "workload", "cluster",
             "padding", "layout", "exclude_tasks", "compare", "gaps"}
 
@@ -118,6 +122,11 @@ def load_row(path: Path) -> Row:
         for key in ("workload", "cluster", "layout", "compare"):
             if not data.get(key):
                 raise RowError(f"{path.name}: '{key}' is required unless the row is skipped")
+    for i, comp in enumerate(data.get("compare") or []):
+        bad = set(comp) - COMPARE_KEYS if isinstance(comp, Mapping) else {"(not a mapping)"}
+        if bad or not {"quantity", "value"} <= set(comp):
+            raise RowError(f"{path.name}: compare[{i}] needs quantity and value and knows only "
+                           f"{sorted(COMPARE_KEYS)}; got {sorted(map(str, comp))}")
     return Row(id=str(data["id"]), kind=data["kind"], split=data["split"],
                source=str(data["source"]), source_key=str(data["source_key"]), path=path,
                skip=data.get("skip") or None, workload=data.get("workload") or {},
@@ -200,18 +209,17 @@ def _placement(task: str, devices: list[int], spec: Mapping[str, Any], workload:
     model = workload.model(workload.task(task).role)
     validate_layout(model, tp, pp, where)
     p = make_placement(task, devices, dp, pp, tp, model.layers)
-    backend = spec.get("backend")
-    if backend is not None:
-        if not _has_field(TaskPlacement, "backend"):
-            raise RowError(f"needs TaskPlacement.backend = {backend!r} for {task} (ZeRO-3/FSDP "
-                           "sharding of the trained states), which this hetrl does not have yet")
-        p = dataclasses.replace(p, backend=backend)
-    return p
+    extras = {k: spec[k] for k in PLACEMENT_EXTRAS if k in spec}
+    for key, value in extras.items():
+        if not _has_field(TaskPlacement, key):
+            raise RowError(f"needs TaskPlacement.{key} = {value!r} for {task} "
+                           f"({PLACEMENT_EXTRAS[key]}), which this hetrl does not have yet")
+    return dataclasses.replace(p, **extras) if extras else p
 
 
 def build_plan(row: Row, workload: WorkloadSpec, cluster: ClusterSpec, measured: int) -> Plan:
     """Task groups from ``layout.groups`` (each task spans its group's devices); per task
-    ``tp``/``pp``/``backend`` from ``layout.placements`` (``default`` for the others; dp fills
+    ``tp``/``pp``/``backend``/``offload`` from ``layout.placements`` (``default`` for the others; dp fills
     the group). Tasks in no group go to the padding device (component rows only)."""
     names = list(workload.task_names)
     specs = row.layout.get("placements") or {}
