@@ -487,6 +487,24 @@ def table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def markdown(df: pd.DataFrame) -> str:
+    """The comparisons as a Markdown table (for docs/validation.md): id, quantity, estimate,
+    measured, ratio, split; stage comparisons under their row; skipped rows with their reason."""
+    lines = ["| id | quantity | estimate (s) | measured (s) | ratio | split |",
+             "|---|---|---:|---:|---:|---|"]
+    for _, r in df.iterrows():
+        ident = r["id"] if r["primary"] else ""
+        if r["status"] != "estimated":
+            lines.append(f"| {ident} | skipped: {r['reason']} | | | | {r['split']} |")
+            continue
+        quantity = r["quantity"] if r["primary"] else f"&nbsp;&nbsp;{r['quantity']}"
+        infeasible = "" if r["feasible"] or not r["primary"] else " (infeasible)"
+        lines.append(f"| {ident} | {quantity}{infeasible} | {r['estimate_s']:.4g} | "
+                     f"{r['measured_s']:.4g} | {r['ratio']:.3f} | "
+                     f"{r['split'] if r['primary'] else ''} |")
+    return "\n".join(lines)
+
+
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"))
 
@@ -538,6 +556,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
     ap.add_argument("--only", help="comma-separated row ids (default: every row)")
     ap.add_argument("--csv", type=Path, default=CSV_PATH, help=f"default {CSV_PATH}")
     ap.add_argument("--figure", type=Path, default=FIGURE_PATH, help=f"default {FIGURE_PATH}")
@@ -557,6 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot(df, args.figure)
     if args.json:
         print(json.dumps(to_json(df), indent=2))
+    elif args.markdown:
+        print(markdown(df))
     else:
         print(table(df))
     return 0
