@@ -27,6 +27,8 @@ from hetrl.spec.workload import WorkloadSpec
 SCHEMA_VERSION = 1
 
 Grid = tuple[tuple[tuple[int, ...], ...], ...]
+#: Training backends a placement may name (see TaskPlacement).
+BACKENDS = ("megatron", "fsdp")
 
 
 class _computed_once:
@@ -48,7 +50,15 @@ class _computed_once:
 
 @dataclass(frozen=True)
 class TaskPlacement:
-    """How one task is partitioned (dp x pp x tp) and where each tasklet runs."""
+    """How one task is partitioned (dp x pp x tp) and where each tasklet runs.
+
+    ``backend`` (training and inference tasks): ``megatron`` -- TP, PP and, in training, a
+    distributed optimizer (ZeRO-1: optimizer states sharded over DP, full bf16 weights and
+    gradients on every rank) -- or ``fsdp`` -- ZeRO-3: weights (and in training gradients and
+    optimizer states) sharded over the DP group, each layer's weights all-gathered for forward
+    (and backward) and its gradients reduce-scattered, per micro-batch (pp = tp = 1).
+    ``offload`` (fsdp only): the shards of parameters and optimizer states live in host memory
+    between uses (verl's param_offload + optimizer_offload)."""
 
     task: str
     dp: int
@@ -57,12 +67,14 @@ class TaskPlacement:
     devices: Grid
     layers_per_stage: tuple[int, ...]
     data_weights: tuple[float, ...]
+    backend: str = "megatron"
+    offload: bool = False
 
     def __hash__(self) -> int:  # placements key the cost model's caches: hash once
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.task, self.dp, self.pp, self.tp, self.devices, self.layers_per_stage,
-                      self.data_weights))
+                      self.data_weights, self.backend, self.offload))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -101,6 +113,9 @@ class TaskPlacement:
             "devices": [[list(stage) for stage in replica] for replica in self.devices],
             "layers_per_stage": list(self.layers_per_stage),
             "data_weights": list(self.data_weights),
+            # (written only when not the default: plans without them read as before)
+            **({"backend": self.backend} if self.backend != "megatron" else {}),
+            **({"offload": self.offload} if self.offload else {}),
         }
 
     @classmethod
@@ -110,7 +125,7 @@ class TaskPlacement:
         for key in data:
             require(key in known, f"{field_name}.{key}", data[key],
                     f"unknown key; known keys: {sorted(known)}")
-        for key in known:
+        for key in known - {"backend", "offload"}:
             require(key in data, f"{field_name}.{key}", None, "is required")
         grid = data["devices"]
         require(_is_grid(grid), f"{field_name}.devices", grid,
@@ -129,6 +144,8 @@ class TaskPlacement:
             devices=tuple(tuple(tuple(stage) for stage in replica) for replica in grid),
             layers_per_stage=tuple(data["layers_per_stage"]),
             data_weights=tuple(float(w) for w in data["data_weights"]),
+            backend=data.get("backend", "megatron"),
+            offload=data.get("offload", False),
         )
 
 
@@ -291,6 +308,17 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
                        group: TaskGroup | None = None) -> None:
     f = f"placements[{p.task}]"
     model = workload.model(workload.task(p.task).role)
+    require(p.backend in BACKENDS, f"{f}.backend", p.backend, f"must be one of {list(BACKENDS)}")
+    require(isinstance(p.offload, bool), f"{f}.offload", p.offload, "must be true or false")
+    if p.backend != "megatron":
+        require(workload.task(p.task).kind != "generation", f"{f}.backend", p.backend,
+                "generation runs on its rollout engine: only training and inference tasks have a "
+                "backend choice")
+        require(p.pp == 1 and p.tp == 1, f"{f}.backend", p.backend,
+                f"fsdp shards over data parallelism only: needs pp = 1 and tp = 1 (got pp = "
+                f"{p.pp}, tp = {p.tp})")
+    require(not p.offload or p.backend == "fsdp", f"{f}.offload", p.offload,
+            "offload is an fsdp option (backend: fsdp)")
     for key in ("dp", "pp", "tp"):
         value = getattr(p, key)
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
@@ -339,7 +367,8 @@ def even_layers(layers: int, pp: int) -> tuple[int, ...]:
 
 def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int, layers: int,
                    data_weights: Sequence[float] | None = None,
-                   layers_per_stage: Sequence[int] | None = None) -> TaskPlacement:
+                   layers_per_stage: Sequence[int] | None = None, backend: str = "megatron",
+                   offload: bool = False) -> TaskPlacement:
     """Lay ``devices`` out replica-major, stage, then tp rank (tp innermost, so a tp group takes
     consecutive devices, usually inside one node)."""
     require(len(devices) == dp * pp * tp, "devices", len(devices),
@@ -351,6 +380,7 @@ def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int,
         task=task, dp=dp, pp=pp, tp=tp, devices=grid,
         layers_per_stage=tuple(layers_per_stage) if layers_per_stage else even_layers(layers, pp),
         data_weights=tuple(float(w) for w in data_weights) if data_weights else (1.0,) * dp,
+        backend=backend, offload=offload,
     )
 
 

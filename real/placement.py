@@ -41,6 +41,11 @@ def check_supported(plan: Plan, workload: WorkloadSpec) -> None:
     """Raise a SpecError naming the placement if the torch backend cannot run it."""
     for p in plan.placements:
         kind = workload.task(p.task).kind
+        if p.backend != "megatron":
+            raise SpecError(f"placements[{p.task}].backend", p.backend,
+                            "the torch backend runs full model replicas with a gradient "
+                            "all-reduce (backend: megatron); fsdp placements are estimated and "
+                            "simulated, not run")
         if p.tp != 1:
             raise SpecError(f"placements[{p.task}].tp", p.tp,
                             "the torch backend runs tp = 1 only (tensor parallelism runs on GPUs "

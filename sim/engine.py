@@ -98,7 +98,8 @@ class Simulation:
             self.concurrency.append(max(cap, 1))
         self.pulls, self.local_copies = weight_sync_pulls(
             gen, shapes, self.placements["actor_training"], cluster, params,
-            shared_in_place=workload.mode == "sync")
+            shared_in_place=workload.mode == "sync"
+            and self.placements["actor_training"].backend != "fsdp")
         self.stage_names = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
 
     # --- helpers ---
@@ -218,6 +219,9 @@ class Simulation:
                       for src, b in per_src.items()]
         if moves:
             yield simpy.AllOf(self.env, moves)
+        if p.backend == "fsdp":
+            yield from self.fsdp_task(p, kind, bounds, lengths, steps, batch.iteration)
+            return
         for step in range(steps):
             procs = []
             for i in range(p.dp):
@@ -296,6 +300,54 @@ class Simulation:
 
         yield simpy.AllOf(self.env, [self.env.process(stage(j)) for j in range(pp)])
 
+    def fsdp_task(self, p: TaskPlacement, kind: str, bounds: np.ndarray, lengths: np.ndarray,
+                  steps: int, it: int):
+        """An FSDP task (pp = tp = 1): per optimizer step, the ranks run their k-th micro-batches
+        together while the group's ring gathers the weights (twice in training, for forward and
+        backward) and reduce-scatters the gradients; the next micro-batch starts when both are
+        done (lockstep: the collectives need every rank). Then the sharded optimizer step and,
+        with offload, the shards' host round trip."""
+        wl = self.workload
+        train = kind == "training"
+        mbs = wl.micro_batch_size if train else wl.inference_micro_batch_size
+        shape = self.model.shapes(p.task, p)[0]
+        value = wl.bytes_per_value
+        ring_bytes = shape.params * (2 * value + self.params.grad_bytes if train else value)
+        members = sorted((r[0][0] for r in p.devices),
+                         key=lambda d: (int(self.cluster.topology.node_of[d]), d))
+        ops = self.ops[p.task]
+        for step in range(steps):
+            micro = []
+            for i in range(p.dp):
+                part = np.array_split(np.arange(int(bounds[i]), int(bounds[i + 1])), steps)[step]
+                micro.append([part[k:k + mbs] for k in range(0, len(part), mbs)])
+            for k in range(max(len(m) for m in micro)):
+                procs = [self.env.process(self.fsdp_micro(p, i, micro[i][k], lengths, ops[i],
+                                                          train, it))
+                         for i in range(p.dp) if k < len(micro[i])]
+                if p.dp > 1:
+                    procs.append(self.env.process(self.ring(members, ring_bytes)))
+                yield simpy.AllOf(self.env, procs)
+            if train:
+                yield from self.optimizer_step(p, it)
+            if p.offload:
+                per_param = value + (self.params.optimizer_state_bytes if train else 0)
+                yield self.env.timeout(2 * shape.params * per_param / p.dp
+                                       / (self.params.host_link_GBps * 1e9))
+
+    def fsdp_micro(self, p: TaskPlacement, i: int, mb: np.ndarray, lengths: np.ndarray, ops,
+                   train: bool, it: int):
+        """One FSDP rank's micro-batch: forward, and backward in training."""
+        devs = p.devices[i][0]
+        tok, sq = float(lengths[mb].sum()), float((lengths[mb].astype(float) ** 2).sum())
+        start = self.env.now
+        dur = ops.forward(0, tok, sq, "train" if train else "infer")
+        if train:
+            dur += ops.backward(0, tok, sq, self.workload.recompute)
+        yield self.env.timeout(dur * self.slow(devs))
+        self.span("forward" if not train else "forward+backward", "tasklet", p.task, it, start,
+                  devs, replica=i, stage=0)
+
     def gradient_sync(self, p: TaskPlacement, it: int):
         """Reduce-scatter of gradients and all-gather of parameters in every DP group, as ring
         steps of flows over the network (all groups at once)."""
@@ -345,6 +397,12 @@ class Simulation:
 
     def weight_sync(self, it: int):
         start = self.env.now
+        train = self.placements["actor_training"]
+        if train.backend == "fsdp" and train.dp > 1:  # the shards gathered into full copies
+            shape = self.model.shapes(train.task, train)[0]
+            members = sorted((r[0][0] for r in train.devices),
+                             key=lambda d: (int(self.cluster.topology.node_of[d]), d))
+            yield self.env.process(self.ring(members, shape.params * self.workload.bytes_per_value))
         procs = [self.env.process(self.move(src, dst, b, "weight_sync", it, "weights"))
                  for src, dst, b in self.pulls]
         if self.local_copies:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
 
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
+from hetrl.cost.fsdp import fsdp_memory_bytes, fsdp_step_seconds, micro_batches, offload_seconds
 from hetrl.cost.kernels import (
     dp_link_table,
     dp_optimizer_seconds,
@@ -410,7 +411,7 @@ class CostModel:
             keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
                           for n in [n_total * share for share in p.data_shares]])
         # (shapes are interned and never dropped, so their id is theirs)
-        key = (kind, id(shapes), p.dp, p.tp, keys)
+        key = (kind, id(shapes), p.dp, p.tp, keys, p.backend, p.offload)
         slots = self._slot_rows.get(key)
         if slots is None:
             slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)
@@ -431,7 +432,10 @@ class CostModel:
         for i, share in enumerate(p.data_shares):
             key = None if keys is None else keys[i]
             rows = seen.get(key)
-            if rows is None:
+            if rows is None and p.backend == "fsdp":
+                rows = [(*fsdp_memory_bytes(kind, shapes[0], p.dp, n_total * share, mbs, self.L,
+                                            self.params, wl.recompute, p.offload), 0.0, 1.0)]
+            elif rows is None:
                 rows = [(*task_memory_bytes(kind, shape, j, p.pp, p.dp, n_total * share, mbs,
                                             self.L, self.params, wl.recompute), kv_seq[j], 1.0)
                         for j, shape in enumerate(shapes)]
@@ -610,7 +614,8 @@ class CostModel:
             # a pure function of the kind, stage shapes, grid and data shares: shared by tasks
             # of equal shapes on one layout (e.g. reward and critic inference of one model)
             # (shapes are interned and never dropped (``self._shapes``), so their id is theirs)
-            compute_key = ("compute", kind, id(self.shapes(p.task, p)), p.devices, p.data_shares)
+            compute_key = ("compute", kind, id(self.shapes(p.task, p)), p.devices, p.data_shares,
+                           p.backend, p.offload)
             out = self._tasks.get(compute_key)
             if out is None:
                 out = self._tasks[compute_key] = self._forward_task_compute(p)
@@ -644,7 +649,22 @@ class CostModel:
         assert worst is not None
         parts = {k: v * steps for k, v in worst.parts.items()}
         seconds = worst.seconds * steps
-        if kind == "training":
+        if p.backend == "fsdp":
+            n = samples * max(p.data_shares) / steps
+            mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+            comm_s, opt_s = self._fsdp_comm_and_optimizer(p, shapes)
+            if kind != "training":
+                comm_s, opt_s = comm_s[1], 0.0  # one all-gather of the weights per micro-batch
+            else:
+                comm_s = comm_s[0] + comm_s[1]
+            off_s = offload_seconds(kind, shapes[0], p.dp, self.params) if p.offload else 0.0
+            step_s, exposed = fsdp_step_seconds(worst.seconds, micro_batches(n, mbs), comm_s,
+                                                opt_s, off_s)
+            parts["dp"] += exposed * steps
+            parts["hbm"] += opt_s * steps
+            parts["offload"] += off_s * steps
+            seconds = step_s * steps
+        elif kind == "training":
             dp_s, opt_s = self._dp_and_optimizer(p, shapes)
             parts["dp"] += dp_s * steps
             parts["hbm"] += opt_s * steps
@@ -663,6 +683,24 @@ class CostModel:
                 lambda: _dp_and_optimizer(self.cluster, p, shapes, self.params,
                                           self.workload.bytes_per_value))
             self._tasklevel[key] = out
+        return out
+
+    def _fsdp_comm_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]
+                                 ) -> tuple[tuple[float, float], float]:
+        """((reduce-scatter of the gradients + one all-gather of the weights, one all-gather of
+        the weights), the sharded optimizer step) seconds over an FSDP placement's group: a
+        training micro-batch costs both collectives (weights gathered for forward and again for
+        backward), an inference micro-batch the second."""
+        key = ("fsdp", p.devices, id(shapes))
+        out = self._tasklevel.get(key)
+        if out is None:
+            once, opt_s = self._dp_and_optimizer(p, shapes)  # reduce-scatter + one all-gather
+            gather, _ = topology_memoised(
+                self.cluster, "fsdp_gather", (p.devices, shapes, self.params),
+                lambda: _dp_and_optimizer(self.cluster, p, shapes,
+                                          replace(self.params, grad_bytes=0),
+                                          self.workload.bytes_per_value))
+            out = self._tasklevel[key] = ((once, gather), opt_s)
         return out
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
@@ -694,15 +732,22 @@ class CostModel:
 
     def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement) -> float:
         """Seconds of the weight sync: a pure function of the two device grids and layer splits
-        (not of the data shares), memoised per cluster."""
-        key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage)
+        (not of the data shares), memoised per cluster. From an FSDP trainer the shards are
+        first all-gathered over its group (as verl's state-dict gather does); then, like a
+        Megatron replica's, each rank's full copy is a source, never shared in place."""
+        key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage,
+               train.backend)
         out = self._sync.get(key)
         if out is None:
-            shapes, shared = self.shapes(gen.task, gen), self.workload.mode == "sync"
+            shapes = self.shapes(gen.task, gen)
+            fsdp = train.backend == "fsdp"
+            shared = self.workload.mode == "sync" and not fsdp
             extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared)
             out = topology_memoised(
                 self.cluster, "weight_sync", (gen.devices, train.devices, extra),
                 lambda: weight_sync_time(gen, shapes, train, self.cluster, self.params, shared))
+            if fsdp:
+                out += self._fsdp_comm_and_optimizer(train, self.shapes(train.task, train))[0][1]
             self._sync[key] = out
         return out
 

@@ -55,6 +55,9 @@ class CostParams:
     # Korthikanti et al. 2022, flash attention: a GPT layer's (its MLP part is adapted to SwiGLU,
     # see hetrl.cost.flops.activation_coeff)
     activation_bytes_per_token_hidden: float = 34.0
+    # Host <-> GPU copies of offloaded FSDP shards, GB/s: PCIe Gen4 x16 is 32 GB/s per direction
+    # in theory; pinned-memory copies reach ~25 (NVIDIA bandwidthTest on A100 hosts).
+    host_link_GBps: float = 25.0
     eta: float | None = None
 
     def __post_init__(self) -> None:
@@ -68,8 +71,10 @@ class CostParams:
             require(0 < value <= 1, f"params.per_gpu.{gpu}.{kind}", value, "must be in (0, 1]")
         for key in ("decode_step_overhead_s", "prefill_chunk_tokens", "usable_memory_fraction",
                     "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
-                    "activation_bytes_per_token_hidden"):
+                    "activation_bytes_per_token_hidden", "host_link_GBps"):
             _number(f"params.{key}", getattr(self, key))
+        require(self.host_link_GBps > 0, "params.host_link_GBps", self.host_link_GBps,
+                "must be > 0 GB/s")
         for key in ("grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
                     "activation_bytes_per_token_hidden"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")

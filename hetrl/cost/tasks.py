@@ -23,7 +23,7 @@ from hetrl.cost.primitives import (
 )
 from hetrl.cost.replica import ReplicaHW
 
-PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead")
+PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload")
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class _GenerationEngine:
         pp = pre_pp + sat_steps * spp + dpp
         overhead = (sat_steps + dsteps) * params.decode_step_overhead_s
         parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
-                 "data": 0.0, "overhead": overhead}
+                 "data": 0.0, "overhead": overhead, "offload": 0.0}
         return ReplicaCost(compute + hbm + tp + pp + overhead, parts, B, violations)
 
 
@@ -368,4 +368,5 @@ class _ForwardEngine:
             self.stages, self.sends, seqs * load, m, self.L.seq_mean, self.L.seq_sq_mean, self.hidden,
             self.value_bytes, self.mult, self.training, not self.training)
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
-                                   "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0})
+                                   "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0,
+                                   "offload": 0.0})

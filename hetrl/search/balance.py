@@ -65,7 +65,8 @@ def balance_layers(model: CostModel, p: TaskPlacement) -> TaskPlacement:
         layers = proportional_split(shape.layers, speeds, caps)
     if layers == p.layers_per_stage:
         return p
-    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, layers, p.data_weights)
+    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, layers, p.data_weights, p.backend,
+                         p.offload)
 
 
 def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
@@ -73,7 +74,7 @@ def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
         return p
     even = (1.0,) * p.dp
     times = model.replica_seconds(p if p.data_weights == even else TaskPlacement(
-        p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, even))
+        p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, even, p.backend, p.offload))
     if max(times) - min(times) <= 1e-9 * max(times):
         weights = (1.0,) * p.dp
     else:
@@ -81,7 +82,8 @@ def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
         weights = tuple(round(fastest / t, 6) for t in times)
     if weights == p.data_weights:
         return p
-    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, weights)
+    return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, weights, p.backend,
+                         p.offload)
 
 
 def balance(model: CostModel, p: TaskPlacement) -> TaskPlacement:

@@ -27,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.cost.flops import LM_HEAD_ROLES, stage_shapes
+from hetrl.cost.fsdp import fsdp_memory_bytes
 from hetrl.cost.model import CostModel
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
 from hetrl.search.options import SHAOptions
 from hetrl.search.polish import Polisher
-from hetrl.search.space import Layout
+from hetrl.search.space import Layout, placement_fields
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
 
@@ -248,12 +250,22 @@ class Arm:
         if need is None:
             wl = self.model.workload
             info = wl.task(task)
-            dp, pp, tp = lay
-            per_param = wl.bytes_per_value
-            if info.kind == "training":
-                per_param += (self.model.params.grad_bytes
-                              + self.model.params.optimizer_state_bytes / dp)
-            need = wl.model(info.role).params / (pp * tp) * per_param
+            dp, pp, tp, backend, offload = placement_fields(lay)
+            prm = self.model.params
+            training = info.kind == "training"
+            shape = wl.model(info.role)
+            if backend == "fsdp":  # sharded states and one micro-batch's working set
+                whole = stage_shapes(shape, (shape.layers,), 1, info.role in LM_HEAD_ROLES,
+                                     wl.bytes_per_value)[0]
+                mbs = wl.micro_batch_size if training else wl.inference_micro_batch_size
+                _, states, working = fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp,
+                                                       mbs, self.model.L, prm, wl.recompute,
+                                                       offload)
+                need = states + working
+            else:
+                per_param = wl.bytes_per_value + (prm.grad_bytes + prm.optimizer_state_bytes / dp
+                                                  if training else 0.0)
+                need = shape.params / (pp * tp) * per_param
             self._needs[key] = need
         return need
 
@@ -384,7 +396,8 @@ class Arm:
             if options:
                 return g.with_layout(t, options[int(rng.integers(len(options)))])
         if r < 0.75:  # move a task to another part of its group's GPUs (level 5)
-            t, (dp, pp, tp) = g.layouts[int(rng.integers(len(g.layouts)))]
+            t, lay = g.layouts[int(rng.integers(len(g.layouts)))]
+            dp, pp, tp = lay[:3]
             n = self.group_size[t]
             used = dp * pp * tp
             if used < n:

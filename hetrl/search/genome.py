@@ -16,7 +16,7 @@ from functools import partial
 from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, TaskPlacement, make_placement
 from hetrl.search.balance import balance
-from hetrl.search.space import Layout, layouts, sub_layouts
+from hetrl.search.space import Layout, layouts, placement_fields, sub_layouts, with_backends
 from hetrl.spec.workload import WorkloadSpec
 
 
@@ -25,7 +25,7 @@ class Genotype:
     groups: tuple[tuple[str, ...], ...]
     sizes: tuple[int, ...]
     order: tuple[int, ...]
-    layouts: tuple[tuple[str, Layout], ...]  # (task, (dp, pp, tp))
+    layouts: tuple[tuple[str, Layout], ...]  # (task, (dp, pp, tp[, backend]))
     #: (task, offset): the task's devices start this far into its group's slice (wrapping), so
     #: tasks of one group can use different devices of it (level 5); absent means 0.
     offsets: tuple[tuple[str, int], ...] = ()
@@ -61,11 +61,13 @@ class Genotype:
 
 
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
-    return layouts(workload.model(workload.task(task).role), n)
+    info = workload.task(task)
+    return with_backends(info.kind, layouts(workload.model(info.role), n))
 
 
 def candidate_sub_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
-    return sub_layouts(workload.model(workload.task(task).role), n)
+    info = workload.task(task)
+    return with_backends(info.kind, sub_layouts(workload.model(info.role), n))
 
 
 def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
@@ -91,8 +93,9 @@ def _placement(model: CostModel, task: str, devices: tuple[int, ...], lay: Layou
                load_balance: bool) -> TaskPlacement:
     """Task ``task`` in layout ``lay`` on its group's ``devices`` from ``off`` on (wrapping),
     load-balanced if ``load_balance``."""
-    dp, pp, tp = lay
+    dp, pp, tp, backend, offload = placement_fields(lay)
     mine = devices[off:] + devices[:off]
     p = make_placement(task, mine[: dp * pp * tp], dp, pp, tp,
-                       model.workload.model(model.workload.task(task).role).layers)
+                       model.workload.model(model.workload.task(task).role).layers,
+                       backend=backend, offload=offload)
     return balance(model, p) if load_balance else p

@@ -26,7 +26,7 @@ from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, make_placement
 from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator, Scheduler, register
 from hetrl.search.options import NoOptions, VerlOptions
-from hetrl.search.space import Layout, layouts
+from hetrl.search.space import Layout, layouts, placement_fields, with_backends
 from hetrl.spec.cluster import ClusterSpec, NodeSpec
 from hetrl.spec.workload import WorkloadSpec
 
@@ -41,7 +41,10 @@ def believed_cluster(cluster: ClusterSpec) -> ClusterSpec:
 
 
 def exact_layouts(workload: WorkloadSpec, task: str, n: int) -> list[Layout]:
-    return [x for x in layouts(workload.model(workload.task(task).role), n)
+    """Layouts of ``task`` using all ``n`` GPUs, FSDP ones included (verl's default training
+    backend; see :func:`~hetrl.search.space.with_backends`)."""
+    info = workload.task(task)
+    return [x for x in with_backends(info.kind, layouts(workload.model(info.role), n))
             if x[0] * x[1] * x[2] == n]
 
 
@@ -52,9 +55,10 @@ def pool_plan(workload: WorkloadSpec, pools: list[tuple[tuple[str, ...], tuple[i
     for tasks, devices in pools:
         groups.append(TaskGroup(tasks, devices))
         for t in tasks:
-            dp, pp, tp = lay[t]
+            dp, pp, tp, backend, offload = placement_fields(lay[t])
             placements.append(make_placement(t, devices[: dp * pp * tp], dp, pp, tp,
-                                             workload.model(workload.task(t).role).layers))
+                                             workload.model(workload.task(t).role).layers,
+                                             backend=backend, offload=offload))
     order = {t: i for i, t in enumerate(workload.task_names)}
     placements.sort(key=lambda p: order[p.task])
     return Plan(tuple(groups), tuple(placements))

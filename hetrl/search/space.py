@@ -21,7 +21,28 @@ from hetrl.spec.model import ModelShape
 from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
-Layout = tuple[int, int, int]  # (dp, pp, tp)
+#: (dp, pp, tp), or (dp, 1, 1, backend) for an FSDP layout (see :func:`with_backends`)
+Layout = tuple
+#: The FSDP layouts a training or inference task may take besides Megatron's: the backend
+#: string of a layout's fourth element and the placement fields it stands for.
+FSDP_VARIANTS = {"fsdp": ("fsdp", False), "fsdp+offload": ("fsdp", True)}
+
+
+def with_backends(kind: str, base: tuple[Layout, ...]) -> tuple[Layout, ...]:
+    """``base`` layouts of a task of ``kind`` plus, for training and inference, an FSDP variant
+    (with and without offload) of each data-parallel-only one (pp = tp = 1)."""
+    if kind == "generation":
+        return base
+    return base + tuple((x[0], 1, 1, v) for x in base if x[1] == 1 and x[2] == 1
+                        for v in FSDP_VARIANTS)
+
+
+def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool]:
+    """(dp, pp, tp, backend, offload) of a layout."""
+    if len(lay) == 3:
+        return lay[0], lay[1], lay[2], "megatron", False
+    backend, offload = FSDP_VARIANTS[lay[3]]
+    return lay[0], lay[1], lay[2], backend, offload
 MAX_TP = 8
 MAX_PP = 16
 

@@ -143,6 +143,10 @@ def test_unsupported_layout_is_a_clear_error():
     wl, cl = workload_preset("tiny-grpo-sync"), cluster_preset("tiny4-single-region")
     with pytest.raises(SpecError, match=r"placements\[actor_generation\]\.tp"):
         run_plan(wl, cl, colocated_plan(wl, cl, tp=2))
+    plan = colocated_plan(wl, cl)
+    fsdp = plan.with_placement(replace(plan.placement("actor_training"), backend="fsdp"))
+    with pytest.raises(SpecError, match=r"placements\[actor_training\]\.backend = 'fsdp'"):
+        run_plan(wl, cl, fsdp)
     big = workload_preset("qwen3-4b-grpo-sync")
     with pytest.raises(SpecError, match="models.actor"):
         run_plan(big, cluster_preset("a100x8"), colocated_plan(big, cluster_preset("a100x8")))

@@ -97,8 +97,13 @@ def test_inference_roles(small):
         assert scores[i].item() == pytest.approx(alone.item(), abs=1e-5)
     with pytest.raises(ValueError, match="needs the critic role"):
         rm.values(batch)
-    with pytest.raises(ValueError, match="role = 'actor'"):
-        TorchInference("actor", small, 0)
+    with pytest.raises(ValueError, match="role = 'policy'"):
+        TorchInference("policy", small, 0)
+    # the actor's old log-probs (recompute_logprobs): the same model as the reference of one seed
+    actor = TorchInference("actor", small, 0)
+    assert torch.equal(actor.log_probs(batch), logp)
+    with pytest.raises(ValueError, match="needs the critic role"):
+        actor.values(batch)
 
 
 def _actor_extras(spec, batch):

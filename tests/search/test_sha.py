@@ -355,7 +355,7 @@ def test_sub_layouts_complete_level_4(n):
     shape = workload_preset("qwen3-8b-ppo-sync").model("actor")
     full, sub = set(layouts(shape, n)), set(sub_layouts(shape, n))
     assert not full & sub
-    assert all(dp * pp * tp < n for dp, pp, tp in sub)
+    assert all(x[0] * x[1] * x[2] < n for x in sub)
     # together: every (dp, pp, tp) with dp * pp * tp <= n under the tp / pp rules (paper: L4)
     every = {(dp, pp, tp) for tp in {x[2] for x in full} for pp in range(1, 17)
              for dp in range(1, n + 1) if dp * pp * tp <= n and pp <= shape.layers}
@@ -698,8 +698,8 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
         trio, ("reward_inference", "critic_inference", "reference_inference")])
     for _, sizes, options in shapes:
         assert sizes == (8, 8, 8)
-        assert all(dp * pp * tp == m for m, opts in zip(sizes, options, strict=True)
-                   for dp, pp, tp in opts)
+        assert all(x[0] * x[1] * x[2] == m for m, opts in zip(sizes, options, strict=True)
+                   for x in opts)
 
     ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
     seen = []
@@ -787,7 +787,7 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
                                      lambda g, f: seen.append((f, g))):
             pass
         # the pair's windows: (offset, GPUs used) of each task
-        windows = {tuple((g.offset(t), math.prod(g.layout(t))) for t in pair) for _, g in seen}
+        windows = {tuple((g.offset(t), math.prod(g.layout(t)[:3])) for t in pair) for _, g in seen}
         return arm, seen, windows
 
     full_arm, full, full_windows = run(False)

@@ -18,7 +18,7 @@ from hetrl.cost.primitives import node_symmetry
 from hetrl.errors import HetrlError
 from hetrl.plan import TaskPlacement, make_placement
 from hetrl.search.balance import balance
-from hetrl.search.space import layouts
+from hetrl.search.space import layouts, placement_fields, with_backends
 
 SCALE = 1000  # objective units per second (integer milliseconds)
 
@@ -95,10 +95,12 @@ def candidates(model: CostModel, load_balance: bool = True, max_sets: int = 4096
         n = len(devices)
         for t in wl.task_names:
             shape = wl.model(wl.task(t).role)
-            for dp, pp, tp in layouts(shape, n):
+            for lay in with_backends(wl.task(t).kind, layouts(shape, n)):
+                dp, pp, tp, backend, offload = placement_fields(lay)
                 if dp * pp * tp != n:
                     continue
-                p = make_placement(t, devices, dp, pp, tp, shape.layers)
+                p = make_placement(t, devices, dp, pp, tp, shape.layers, backend=backend,
+                                   offload=offload)
                 if load_balance:
                     p = balance(model, p)
                 seconds, need = model.task_alone(p)

@@ -156,9 +156,10 @@ def sync_pull_ms(model: CostModel, gen: Candidate) -> dict[int, dict[int, int]]:
 
 
 def layout_key(c: Candidate) -> tuple:
-    """A candidate's devices and layout (layers per stage included)."""
+    """A candidate's devices and layout (layers per stage and backend included: an FSDP
+    trainer's shards are never shared in place)."""
     p = c.placement
-    return c.devices, p.layers_per_stage, p.dp, p.pp, p.tp
+    return c.devices, p.layers_per_stage, p.dp, p.pp, p.tp, p.backend
 
 
 def sync_ms(model: CostModel, gen: Candidate, train: Candidate) -> int:
@@ -211,9 +212,10 @@ def sync_var(m, model: CostModel, cands: dict[str, list[Candidate]], x: dict[str
 
 
 def matches(c: Candidate, p: TaskPlacement) -> bool:
-    """Whether candidate ``c`` has placement ``p``'s devices and (dp, pp, tp)."""
+    """Whether candidate ``c`` has placement ``p``'s devices, (dp, pp, tp) and backend."""
+    q = c.placement
     return c.devices == tuple(sorted(p.device_ids)) and (
-        c.placement.dp, c.placement.pp, c.placement.tp) == (p.dp, p.pp, p.tp)
+        q.dp, q.pp, q.tp, q.backend, q.offload) == (p.dp, p.pp, p.tp, p.backend, p.offload)
 
 
 def candidate_of(cands: dict[str, list[Candidate]], plan: Plan) -> dict[str, Candidate] | None:

@@ -1,0 +1,86 @@
+"""FSDP (ZeRO-3): memory and time of a ``backend: fsdp`` training or inference placement.
+
+Every rank of the data-parallel group holds 1/dp of the weights, gradients and optimizer states
+(pp = tp = 1); an inference task of an FSDP model (verl's reference, old log-probs and critic
+values) holds its weight shard only and all-gathers each layer once per micro-batch. Per micro-batch, each layer's weights are all-gathered for the forward and again
+for the backward (``reshard_after_forward``, FSDP2's default and verl's setting) and its
+gradients reduce-scattered; prefetching the next layer overlaps this traffic with compute, so a
+micro-batch takes the longer of its compute and its traffic, and the ranks move in lockstep (the
+collectives need all of them). The sharded Adam step streams each rank's shard as Megatron's
+distributed optimizer does. With ``offload`` the shards of parameters and optimizer states live
+in host memory between uses (verl's param_offload and optimizer_offload): they cross the host
+link (``CostParams.host_link_GBps``) to the GPU and back once per optimizer step.
+
+Sources: Zhao et al. 2023, "PyTorch FSDP" (VLDB), sections 3-4 (sharding, prefetch, resharding);
+Rajbhandari et al. 2020, "ZeRO" (stage 3 traffic: 1.5x of data parallelism's); verl's FSDP
+workers (``fsdp_workers.py``: param_offload, optimizer_offload, reshard_after_forward).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hetrl.cost.flops import StageShape
+from hetrl.cost.lengths import LengthStats
+from hetrl.cost.params import CostParams
+
+#: Layers whose full (gathered) weights are live at once: the one computing and the one being
+#: prefetched (FSDP's default forward and backward prefetch of one unit).
+GATHERED_LAYERS = 2
+
+
+def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int,
+                      L: LengthStats, params: CostParams, recompute: bool, offload: bool
+                      ) -> tuple[float, float, float]:
+    """(weights, resident states, working) bytes of one FSDP rank of a ``kind`` ("training" or
+    "inference") task holding ``n`` sequences per optimizer step (``shape``: the whole model,
+    pp = tp = 1).
+
+    The weights row is 0: the rank's bf16 shard is its own state, not a full copy another task
+    on the device could share (a co-located rollout engine holds its own copy, as vLLM does;
+    two FSDP tasks of one model each count their shard: conservative by 1/dp of the weights).
+    States: the bf16 shard and, in training, fp32 gradients and Adam states, each / dp
+    (offload: the gradient shard only). Working: one micro-batch's activations (training: as
+    one pipeline stage; inference: one layer's live tensors) and logits, and the gathered
+    weights (training: and unsharded gradients) of ``GATHERED_LAYERS`` layers."""
+    value = shape.bytes_per_value
+    per_layer = shape.params / max(shape.layers, 1)
+    training = kind == "training"
+    if offload:
+        states = shape.params * params.grad_bytes / dp if training else 0.0
+    elif training:
+        states = shape.params * (value + params.grad_bytes + params.optimizer_state_bytes) / dp
+    else:
+        states = shape.params * value / dp
+    seqs = min(float(mbs), max(n, 1.0))
+    tokens = seqs * L.seq_mean
+    if training:
+        act = shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
+        gathered = GATHERED_LAYERS * per_layer * (value + params.grad_bytes)
+    else:
+        act = 16.0 * tokens * shape.model.hidden  # one layer's live tensors (see memory.py)
+        gathered = GATHERED_LAYERS * per_layer * value
+    return 0.0, states, act + shape.logits_bytes(tokens) + gathered
+
+
+def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: float,
+                      optimizer_s: float, offload_s: float) -> tuple[float, float]:
+    """(seconds of one optimizer step, the traffic not hidden behind compute): ``compute_s`` of
+    the slowest rank's micro-batches, each micro-batch's weight gathers and gradient
+    reduce-scatter (``comm_per_micro_s``) overlapped with compute, then the sharded optimizer
+    step and the host round trip of offloaded shards."""
+    exposed = max(0.0, micro_batches * comm_per_micro_s - compute_s)
+    return compute_s + exposed + optimizer_s + offload_s, exposed
+
+
+def micro_batches(n: float, mbs: int) -> int:
+    """Micro-batches of ``mbs`` sequences for ``n`` sequences (at least one)."""
+    return max(1, math.ceil(n / mbs - 1e-9))
+
+
+def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -> float:
+    """The host round trip of a rank's offloaded shards per optimizer step (seconds): the bf16
+    parameters, and in training the optimizer states, to the GPU and back over the host link."""
+    per_param = shape.bytes_per_value + (params.optimizer_state_bytes if kind == "training"
+                                         else 0)
+    return 2 * shape.params * per_param / dp / (params.host_link_GBps * 1e9)
