@@ -511,7 +511,8 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
 
 def plot(df: pd.DataFrame, path: Path) -> None:
     """Estimate vs measured seconds, log-log, the y = x line and the +-30% band; fit and
-    holdout rows marked differently, each point labelled by its id (primary comparisons)."""
+    holdout rows marked differently (hollow: the plan does not fit in memory in the cost model,
+    its time computed ignoring memory), each point labelled by its id (primary comparisons)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -529,8 +530,12 @@ def plot(df: pd.DataFrame, path: Path) -> None:
               "holdout": dict(marker="s", color="tab:orange")}
     for split, style in styles.items():
         part = ok[ok["split"] == split]
-        ax.scatter(part["measured_s"], part["estimate_s"], s=36, label=f"{split} ({len(part)})",
-                   zorder=3, **style)
+        fits = part["feasible"].astype(bool)
+        ax.scatter(part["measured_s"][fits], part["estimate_s"][fits], s=36, zorder=3,
+                   label=f"{split} ({len(part)})", **style)
+        ax.scatter(part["measured_s"][~fits], part["estimate_s"][~fits], s=36, zorder=3,
+                   facecolors="none", edgecolors=style["color"], marker=style["marker"],
+                   label=f"{split}, plan infeasible in the model" if (~fits).any() else None)
         for _, r in part.iterrows():
             ax.annotate(r["id"], (r["measured_s"], r["estimate_s"]), textcoords="offset points",
                         xytext=(4, 3), fontsize=8)
