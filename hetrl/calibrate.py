@@ -462,7 +462,15 @@ class _LogFit:
             return self.u_base.copy(), np.ones(0), np.zeros(0), []
         u_all, jac = self.solve(every, self.u_base)
         # Gauss-Newton: J^T J = J_data^T J_data + w I is the posterior precision x TASK_SIGMA_LN^2
-        cov = np.linalg.inv(jac.T @ jac)
+        # (scipy zeroes the column of a parameter held at a bound: the data say nothing there,
+        # so its precision is the prior's alone)
+        precision = jac.T @ jac
+        for i in np.flatnonzero(~np.any(jac, axis=0)):
+            precision[i, i] = self.w
+        try:
+            cov = np.linalg.inv(precision)
+        except np.linalg.LinAlgError:
+            cov = np.linalg.pinv(precision)
         ratios = np.sqrt(self.w * np.diag(cov))
         sd_log = TASK_SIGMA_LN * np.sqrt(np.diag(cov))
         keep = [i for i in every if ratios[i] <= IDENTIFIED_SD_RATIO]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_pulls
@@ -40,6 +41,7 @@ from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.tasks import NEEDS_TRAINED
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span
+from sim import batches
 from sim.network import LinkFault, Network
 from sim.ops import ReplicaOps
 
@@ -83,7 +85,8 @@ class Simulation:
         self.iterations: list[tuple[float, float]] = []
         self.first_iteration = first_iteration
         self.placements = {p.task: p for p in plan.placements}
-        self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params)
+        self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params,
+                                        workload.gen_cuda_graphs)
                              for r in p.devices] for p in plan.placements}
         kv = self.model.kv_budgets(plan)
         gen = self.placements["actor_generation"]
@@ -100,6 +103,10 @@ class Simulation:
             gen, shapes, self.placements["actor_training"], cluster, params,
             shared_in_place=workload.mode == "sync"
             and self.placements["actor_training"].backend != "fsdp")
+        # the sync's NCCL call overhead and the co-located engine's sleep and wake, as priced
+        devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
+        self.sync_overhead_s = sum(self.model.sync_overheads(
+            gen, self.model._weight_sync(gen, self.placements["actor_training"]), devices))
         self.stage_names = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
 
     # --- helpers ---
@@ -222,16 +229,14 @@ class Simulation:
         if p.backend == "fsdp":
             yield from self.fsdp_task(p, kind, bounds, lengths, steps, batch.iteration)
             return
+        batching = micro_batching(wl, kind)
         for step in range(steps):
-            procs = []
-            for i in range(p.dp):
-                lo, hi = int(bounds[i]), int(bounds[i + 1])
-                # this optimizer step's slice of the replica's samples
-                idx = np.arange(lo, hi)
-                part = np.array_split(idx, steps)[step]
-                mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
-                micro = [part[k:k + mbs] for k in range(0, len(part), mbs)]
-                procs.append(self.env.process(self.pipeline(p, i, micro, lengths, kind, batch.iteration)))
+            # this optimizer step's slice of each replica's samples, in micro-batches
+            micro = batches.split_replicas(
+                [np.array_split(np.arange(int(bounds[i]), int(bounds[i + 1])), steps)[step]
+                 for i in range(p.dp)], lengths, batching)
+            procs = [self.env.process(self.pipeline(p, i, micro[i], lengths, kind, batch.iteration))
+                     for i in range(p.dp)]
             yield simpy.AllOf(self.env, procs)
             if kind == "training":
                 yield from self.gradient_sync(p, batch.iteration)
@@ -246,8 +251,7 @@ class Simulation:
         m = len(micro)
         if m == 0:
             return
-        tok = [float(lengths[mb].sum()) for mb in micro]
-        sq = [float((lengths[mb].astype(float) ** 2).sum()) for mb in micro]
+        tok, sq = batches.costed(micro, lengths, micro_batching(self.workload, kind))
         act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         grad = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         train = kind == "training"
@@ -309,7 +313,7 @@ class Simulation:
         with offload, the shards' host round trip."""
         wl = self.workload
         train = kind == "training"
-        mbs = wl.micro_batch_size if train else wl.inference_micro_batch_size
+        batching = micro_batching(wl, kind)
         shape = self.model.shapes(p.task, p)[0]
         value = wl.bytes_per_value
         ring_bytes = shape.params * (2 * value + self.params.grad_bytes if train else value)
@@ -317,13 +321,12 @@ class Simulation:
                          key=lambda d: (int(self.cluster.topology.node_of[d]), d))
         ops = self.ops[p.task]
         for step in range(steps):
-            micro = []
-            for i in range(p.dp):
-                part = np.array_split(np.arange(int(bounds[i]), int(bounds[i + 1])), steps)[step]
-                micro.append([part[k:k + mbs] for k in range(0, len(part), mbs)])
+            micro = batches.split_replicas(
+                [np.array_split(np.arange(int(bounds[i]), int(bounds[i + 1])), steps)[step]
+                 for i in range(p.dp)], lengths, batching)
             for k in range(max(len(m) for m in micro)):
                 procs = [self.env.process(self.fsdp_micro(p, i, micro[i][k], lengths, ops[i],
-                                                          train, it))
+                                                          train, it, batching))
                          for i in range(p.dp) if k < len(micro[i])]
                 if p.dp > 1:
                     procs.append(self.env.process(self.ring(members, ring_bytes)))
@@ -336,10 +339,11 @@ class Simulation:
                                        / (self.params.host_link_GBps * 1e9))
 
     def fsdp_micro(self, p: TaskPlacement, i: int, mb: np.ndarray, lengths: np.ndarray, ops,
-                   train: bool, it: int):
-        """One FSDP rank's micro-batch: forward, and backward in training."""
+                   train: bool, it: int, batching: int | Batching):
+        """One FSDP rank's micro-batch: forward, and backward in training (its tokens as
+        costed: :func:`sim.batches.costed`)."""
         devs = p.devices[i][0]
-        tok, sq = float(lengths[mb].sum()), float((lengths[mb].astype(float) ** 2).sum())
+        (tok,), (sq,) = batches.costed([mb], lengths, batching)
         start = self.env.now
         dur = ops.forward(0, tok, sq, "train" if train else "infer")
         if train:
@@ -409,6 +413,8 @@ class Simulation:
             procs.append(self.env.timeout(max(t for _, t in self.local_copies)))
         if procs:
             yield simpy.AllOf(self.env, procs)
+        if self.sync_overhead_s > 0:
+            yield self.env.timeout(self.sync_overhead_s)
         devices = sorted({d for _, d, _ in self.pulls} | {d for d, _ in self.local_copies})
         self.span("weight_sync", "task", "weight_sync", it, start, devices,
                   sum(b for _, _, b in self.pulls))

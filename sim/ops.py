@@ -11,6 +11,7 @@ from hetrl.cost.flops import StageShape
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import all_reduce_time
 from hetrl.cost.replica import ReplicaHW, StageHW
+from hetrl.cost.rollout import decode_step_overhead_s
 
 
 def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
@@ -58,10 +59,12 @@ class StageSpeed:
 class ReplicaOps:
     """Step durations of one replica (stages in order)."""
 
-    def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, params: CostParams):
+    def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, params: CostParams,
+                 cuda_graphs: bool = True):
         self.stages = [StageSpeed.of(s, h, params) for s, h in zip(shapes, hw.stages, strict=True)]
         self.boundaries = hw.boundaries
         self.params = params
+        self.step_overhead_s = decode_step_overhead_s(shapes, params, cuda_graphs)
         self.h = shapes[0].model.hidden
         self.bpv = shapes[0].bytes_per_value
         self.tp = shapes[0].tp
@@ -100,7 +103,7 @@ class ReplicaOps:
             a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
             b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
             total += sum_max_affine(a_h, b_h, a_f, b_f, steps)
-        total += steps * (self._decode_comm(batch) + self.params.decode_step_overhead_s)
+        total += steps * (self._decode_comm(batch) + self.step_overhead_s)
         return total
 
     def _decode_comm(self, batch: int) -> float:

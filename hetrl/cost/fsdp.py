@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from hetrl.cost.batching import Batching, memory_tokens, micro_count
 from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.params import CostParams
@@ -29,7 +30,7 @@ from hetrl.cost.params import CostParams
 GATHERED_LAYERS = 2
 
 
-def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int,
+def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int | Batching,
                       L: LengthStats, params: CostParams, recompute: bool, offload: bool
                       ) -> tuple[float, float, float]:
     """(weights, resident states, working) bytes of one FSDP rank of a ``kind`` ("training" or
@@ -52,8 +53,7 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int,
         states = shape.params * (value + params.grad_bytes + params.optimizer_state_bytes) / dp
     else:
         states = shape.params * value / dp
-    seqs = min(float(mbs), max(n, 1.0))
-    tokens = seqs * L.seq_mean
+    tokens, _ = memory_tokens(n, mbs, L)  # one micro-batch's, as costed (padding included)
     if training:
         act = shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
         gathered = GATHERED_LAYERS * per_layer * (value + params.grad_bytes)
@@ -73,9 +73,13 @@ def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: fl
     return compute_s + exposed + optimizer_s + offload_s, exposed
 
 
-def micro_batches(n: float, mbs: int) -> int:
-    """Micro-batches of ``mbs`` sequences for ``n`` sequences (at least one)."""
-    return max(1, math.ceil(n / mbs - 1e-9))
+def micro_batches(n: float, mbs: int | Batching, seq_mean: float = 0.0, load: float = 1.0) -> int:
+    """Micro-batches of ``mbs`` sequences for ``n`` sequences (at least one); with a
+    :class:`~hetrl.cost.batching.Batching`, its count for ``n`` sequences of ``seq_mean`` tokens
+    at ``load``."""
+    if isinstance(mbs, int):
+        return max(1, math.ceil(n / mbs - 1e-9))
+    return micro_count(n, mbs, seq_mean, load)[0]
 
 
 def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -> float:

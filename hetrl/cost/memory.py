@@ -7,15 +7,16 @@ and Adam states (``optimizer_state_bytes`` per parameter, sharded over DP as in 
 distributed optimizer). Working (one task at a time, since tasks sharing a device run one after
 another): training -- activations of the micro-batches in flight under 1F1B (stage j holds
 min(pp - j, m) of them; Korthikanti et al. 2022) plus one micro-batch's logits; inference -- one
-micro-batch's logits and a layer's activations; generation -- the KV cache, which takes what is
+micro-batch's logits and a layer's activations (a micro-batch's tokens as costed: padded when
+padding is kept, :mod:`hetrl.cost.batching`); generation -- the KV cache, which takes what is
 left (vLLM-style), and must hold at least one max-length sequence.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from hetrl.cost.batching import Batching, memory_tokens
 from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.params import CostParams
@@ -33,25 +34,25 @@ class DeviceMemory:
 
 
 def task_memory(kind: str, copy: str, shape: StageShape, stage_index: int, pp: int, dp: int,
-                n: float, mbs: int, L: LengthStats, params: CostParams,
+                n: float, mbs: int | Batching, L: LengthStats, params: CostParams,
                 recompute: bool) -> DeviceMemory:
-    """Memory of one tasklet (a stage rank of a replica holding ``n`` sequences)."""
+    """Memory of one tasklet (a stage rank of a replica holding ``n`` sequences, split into
+    micro-batches by ``mbs``: a count, or a :class:`~hetrl.cost.batching.Batching`)."""
     return DeviceMemory(copy, *task_memory_bytes(kind, shape, stage_index, pp, dp, n, mbs, L,
                                                  params, recompute))
 
 
 def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, dp: int, n: float,
-                      mbs: int, L: LengthStats, params: CostParams,
+                      mbs: int | Batching, L: LengthStats, params: CostParams,
                       recompute: bool) -> tuple[float, float, float]:
     """:func:`task_memory` as plain (weight, state, working) bytes (the cost model's hot path)."""
     if kind == "generation":
         return shape.weight_bytes, 0.0, 0.0
-    seqs = min(float(mbs), max(n, 1.0))
-    tokens = seqs * L.seq_mean
+    # one micro-batch's tokens as costed (padded ones included) and the micro-batch count
+    tokens, micro = memory_tokens(n, mbs, L)
     if kind == "inference":
         act = 16.0 * tokens * shape.model.hidden / shape.tp  # one layer's live tensors
         return shape.weight_bytes, 0.0, act + shape.logits_bytes(tokens)
-    micro = max(1, math.ceil(n / mbs))
     in_flight = min(pp - stage_index, micro)
     act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
     states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)

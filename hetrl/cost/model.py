@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.cost.batching import Batching, micro_batcher, micro_batching
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
 from hetrl.cost.fsdp import fsdp_memory_bytes, fsdp_step_seconds, micro_batches, offload_seconds
 from hetrl.cost.kernels import (
@@ -34,6 +35,7 @@ from hetrl.cost.primitives import (
     node_symmetry,
 )
 from hetrl.cost.replica import ReplicaHW, replica_hw
+from hetrl.cost.rollout import kv_pool_cap, switch_seconds, sync_call_seconds
 from hetrl.cost.stragglers import straggler_load
 from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
@@ -237,12 +239,15 @@ class CostModel:
             info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
             stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
             gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
+            batching = {kind: micro_batching(workload, kind) for kind in ("inference", "training")}
             static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {}, {})
+                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {}, {}, batching)
             if len(_STATIC) >= 64:
                 _STATIC.clear()
             _STATIC[id(workload), id(cluster), id(params)] = static
         self.L: LengthStats = static[3]
+        #: per task kind its micro-batches: a sequence count (padding removed), or a Batching
+        self._batching: dict[str, int | Batching] = static[18]
         self._mem_bytes = static[4]
         self._info = static[5]
         self._stages = static[6]
@@ -354,10 +359,10 @@ class CostModel:
         if out is None or out[0] is not shapes or out[1] is not hw:  # (a copy's ids differ)
             wl = self.workload
             if kind == "generation":
-                engine = generation_engine(shapes, hw, self.L, self.params)
+                engine = generation_engine(shapes, hw, self.L, self.params, wl.gen_cuda_graphs)
             else:
-                mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
-                engine = forward_engine(kind, shapes, hw, self.L, self.params, mbs, wl.recompute)
+                engine = forward_engine(kind, shapes, hw, self.L, self.params,
+                                        self._batching[kind], wl.recompute)
             if len(self._engines) >= 100_000:
                 self._engines.clear()
             out = self._engines[key] = (shapes, hw, engine)
@@ -399,12 +404,16 @@ class CostModel:
         wl = self.workload
         kind = self._info[p.task][0]
         shapes = self.shapes(p.task, p)
-        mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+        mbs = self._batching.get(kind, 0)
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
         # per replica the inputs its bytes depend on: none (generation), the micro-batch's
         # sequences (inference), and for training also the micro-batches in flight (at most pp)
         if kind == "generation":
             keys: Any = None
+        elif not isinstance(mbs, int):  # by a token budget or padded: its tokens and count
+            memory = micro_batcher(mbs, self.L).memory
+            keys = tuple([(tokens, min(p.pp, micro)) for tokens, micro in
+                          [memory(n_total * share) for share in p.data_shares]])
         elif kind == "inference":
             keys = tuple([min(float(mbs), max(n_total * share, 1.0)) for share in p.data_shares])
         else:
@@ -421,7 +430,7 @@ class CostModel:
         return slots
 
     def _slot_bytes(self, p: TaskPlacement, kind: str, shapes: tuple[StageShape, ...],
-                    keys: Any, mbs: int, n_total: float) -> np.ndarray:
+                    keys: Any, mbs: int | Batching, n_total: float) -> np.ndarray:
         """(weights, states, working, KV bytes of an average sequence, 1) per device of ``p``'s
         grid (5 x devices, in device-id order of the grid). A pure function of the layout and
         of each replica's batch inputs ``keys`` (see :meth:`_slots`)."""
@@ -575,7 +584,25 @@ class CostModel:
         mode also less the largest working set: vLLM keeps its pool while other tasks run)."""
         rows, _ = self._memory_rows(plan.placements, self._structure(plan)[0],
                                     [self._slots(p) for p in plan.placements])
-        return rows[5]
+        return self._kv_pool(plan.placement("actor_generation"), rows[5])
+
+    def _kv_pool(self, gen: TaskPlacement, left: np.ndarray) -> np.ndarray:
+        """The KV bytes each device's rollout engine allocates: what ``left`` leaves it, at most
+        ``gen_gpu_memory_utilization`` x the device's memory less its weights
+        (:func:`~hetrl.cost.rollout.kv_pool_cap`)."""
+        u = self.workload.gen_gpu_memory_utilization
+        if u is None:
+            return left
+        key = ("kv cap", gen.devices, gen.layers_per_stage, gen.tp)
+        cap = self._tasklevel.get(key)
+        if cap is None:
+            cap = np.full(self.cluster.num_devices, np.inf)
+            weights = self._slots(gen)[0]
+            total = self.cluster.topology.memory_bytes
+            for col, d in enumerate(gen.device_ids):
+                cap[d] = kv_pool_cap(float(total[d]), float(weights[col]), u)
+            self._tasklevel[key] = cap
+        return np.minimum(left, cap)
 
     def task_alone(self, p: TaskPlacement) -> tuple[float, np.ndarray]:
         """A task's seconds when it runs alone on its devices (generation: its KV cache gets the
@@ -651,14 +678,15 @@ class CostModel:
         seconds = worst.seconds * steps
         if p.backend == "fsdp":
             n = samples * max(p.data_shares) / steps
-            mbs = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
+            mbs = self._batching[kind]
+            micro = micro_batches(n, mbs, self.L.seq_mean, straggler_load(n, p.dp, self.L, group))
             comm_s, opt_s = self._fsdp_comm_and_optimizer(p, shapes)
             if kind != "training":
                 comm_s, opt_s = comm_s[1], 0.0  # one all-gather of the weights per micro-batch
             else:
                 comm_s = comm_s[0] + comm_s[1]
             off_s = offload_seconds(kind, shapes[0], p.dp, self.params) if p.offload else 0.0
-            step_s, exposed = fsdp_step_seconds(worst.seconds, micro_batches(n, mbs), comm_s,
+            step_s, exposed = fsdp_step_seconds(worst.seconds, micro, comm_s,
                                                 opt_s, off_s)
             parts["dp"] += exposed * steps
             parts["hbm"] += opt_s * steps
@@ -684,6 +712,21 @@ class CostModel:
                                           self.workload.bytes_per_value))
             self._tasklevel[key] = out
         return out
+
+    def sync_overheads(self, gen: TaskPlacement, data_s: float,
+                       devices: dict[str, frozenset[int]]) -> tuple[float, float]:
+        """(the weight sync's NCCL call overhead, the co-located rollout engine's sleep and
+        wake) seconds per iteration (:mod:`hetrl.cost.rollout`): calls when weights move
+        (``data_s`` > 0); a switch in sync mode when another task uses some of generation's
+        GPUs (``devices``: each task's GPUs)."""
+        shapes = self.shapes(gen.task, gen)
+        calls_s = sync_call_seconds(shapes, self.params) if data_s > 0 else 0.0
+        mine = devices[gen.task]
+        shared = self.workload.mode == "sync" and any(
+            t != gen.task and not d.isdisjoint(mine) for t, d in devices.items())
+        switch_s = switch_seconds(max(s.weight_bytes for s in shapes), self.params) \
+            if shared else 0.0
+        return calls_s, switch_s
 
     def _fsdp_comm_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]
                                  ) -> tuple[tuple[float, float], float]:
@@ -796,9 +839,11 @@ class CostModel:
         memory = MemoryReport(tuple([(g.peak_ids, g.peak_bytes) for g in groups]),
                               tuple([(g.over, g.over_bytes) for g in groups if g.over.size]),
                               self._gpus)
-        sync_s = self._weight_sync(gen, placements["actor_training"])
-        seconds = {t: r.seconds for t, r in results.items()}
+        data_s = self._weight_sync(gen, placements["actor_training"])
         devices = {t: d for g in groups for t, d in g.device_sets}
+        calls_s, switch_s = self.sync_overheads(gen, data_s, devices)
+        sync_s = data_s + calls_s + switch_s
+        seconds = {t: r.seconds for t, r in results.items()}
         if len(self._makespan) >= self._shared_entries:
             self._makespan.clear()
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
@@ -806,7 +851,7 @@ class CostModel:
         tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
         tasks[WEIGHT_SYNC] = sync_s
         parts = {t: results[t].parts if t in results else _ZERO_PARTS for t in REPORTED_TASKS}
-        parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": sync_s}
+        parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": data_s, "overhead": calls_s + switch_s}
         if not math.isfinite(it) or it <= 0:
             raise ValueError(f"cost model produced a non-finite iteration time {it!r}")
         return Estimate(
@@ -850,8 +895,9 @@ class CostModel:
         generation = None
         peak_bytes = mem.need
         if mem.generation >= 0:
-            generation = self._generation(placements[mem.generation], mem.kv_budget)
-            kv_used = np.minimum(np.maximum(mem.kv_budget, 0.0),
+            budget = self._kv_pool(placements[mem.generation], mem.kv_budget)
+            generation = self._generation(placements[mem.generation], budget)
+            kv_used = np.minimum(np.maximum(budget, 0.0),
                                  generation.concurrency * mem.generation_kv_per_seq)
             peak_bytes = np.maximum(mem.need, mem.resident + kv_used)
         out = _GroupResult(mem.over, mem.over_bytes, mem.ids, peak_bytes, generation,

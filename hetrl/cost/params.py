@@ -47,6 +47,20 @@ class CostParams:
     defaults: tuple[tuple[str, float], ...] = tuple(KERNEL_KINDS.items())
     per_gpu: tuple[tuple[str, str, float], ...] = ()
     decode_step_overhead_s: float = 1e-3  # scheduler, sampling and launch time per decode step
+    # An eager rollout engine (no CUDA graphs) launches each layer's ~12 kernels from the CPU at
+    # ~5 us each (CUDA launch latency; NVIDIA, "Getting Started with CUDA Graphs", 2019).
+    eager_launch_s_per_layer: float = 60e-6
+    # Fixed cost of a co-located engine's sleep and wake per iteration (free and re-allocate the
+    # KV pool, restore CUDA graphs): vLLM's sleep-mode post (2025-10) measures a level-1 wake of
+    # Qwen3-0.6B at 0.26 s, of which moving 1.2 GB of weights takes ~0.05 s.
+    engine_switch_s: float = 0.2
+    # Per NCCL call of a weight sync beyond its bytes: SGLang's per-tensor sync of a 1B and an
+    # 8B model (public set row W4, a fit row: 147 and 291 calls) took 0.5 and 0.6 s, i.e. a
+    # fixed 0.4 s (that engine's own, not modelled) + 0.7 ms per call.
+    sync_call_overhead_s: float = 0.7e-3
+    # Bytes per weight-sync call when the trainer buckets tensors; 0: one call per tensor (verl's
+    # and NeMo-RL's NCCL broadcast).
+    sync_bucket_bytes: float = 0.0
     prefill_chunk_tokens: int = 8192  # vLLM max_num_batched_tokens: one prefill chunk
     usable_memory_fraction: float = 0.92  # rest: CUDA context, allocator fragmentation
     grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
@@ -71,8 +85,13 @@ class CostParams:
             require(0 < value <= 1, f"params.per_gpu.{gpu}.{kind}", value, "must be in (0, 1]")
         for key in ("decode_step_overhead_s", "prefill_chunk_tokens", "usable_memory_fraction",
                     "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
-                    "activation_bytes_per_token_hidden", "host_link_GBps"):
+                    "activation_bytes_per_token_hidden", "host_link_GBps",
+                    "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
+                    "sync_bucket_bytes"):
             _number(f"params.{key}", getattr(self, key))
+        for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
+                    "sync_bucket_bytes"):
+            require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.host_link_GBps > 0, "params.host_link_GBps", self.host_link_GBps,
                 "must be > 0 GB/s")
         for key in ("grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.cost.batching import Batching, micro_batcher
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
@@ -22,6 +23,7 @@ from hetrl.cost.primitives import (
     p2p_time,
 )
 from hetrl.cost.replica import ReplicaHW
+from hetrl.cost.rollout import decode_step_overhead_s
 
 PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload")
 
@@ -44,7 +46,7 @@ def _parts(**kw: float) -> dict[str, float]:
 
 def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
                        kv_budget: tuple[float, ...], L: LengthStats, max_concurrency: int,
-                       params: CostParams) -> ReplicaCost:
+                       params: CostParams, cuda_graphs: bool = True) -> ReplicaCost:
     """Prefill then continuous-batching decode of ``n`` sequences on one replica.
 
     Concurrency B = min(max_concurrency, KV budget / KV bytes of an average sequence). While more
@@ -52,19 +54,21 @@ def generation_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float,
     the mean running context); the last B drain as their lengths end: at step s the batch is
     B * P(len >= s) and the step runs if any of them is alive (P = 1 - P(len < s)^B).
     Each decode step costs, per stage, max(weights + KV bytes / HBM, FLOPs / peak) plus TP
-    all-reduces, plus stage-to-stage sends and a fixed per-step overhead.
+    all-reduces, plus stage-to-stage sends and a fixed per-step overhead (with or without
+    ``cuda_graphs``: :func:`hetrl.cost.rollout.decode_step_overhead_s`).
     """
-    return generation_engine(shapes, hw, L, params).replica(n, kv_budget, max_concurrency)
+    return generation_engine(shapes, hw, L, params, cuda_graphs).replica(n, kv_budget,
+                                                                         max_concurrency)
 
 
 def generation_engine(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
-                      params: CostParams) -> _GenerationEngine:
+                      params: CostParams, cuda_graphs: bool = True) -> _GenerationEngine:
     """The generation costs of one layout on one replica's hardware as a function of the
     sequence count (memoised: its n-independent terms are computed once)."""
-    key = ("gen", shapes, hw, L, params)
+    key = ("gen", shapes, hw, L, params, cuda_graphs)
     out = _CONSTS.get(key)
     if out is None:
-        out = _GenerationEngine(shapes, hw, L, params)
+        out = _GenerationEngine(shapes, hw, L, params, cuda_graphs)
         if len(_CONSTS) < 100_000:
             _CONSTS[key] = out
     return out
@@ -76,8 +80,9 @@ class _GenerationEngine:
     step, per drain size the drain (up to a bound)."""
 
     def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
-                 params: CostParams):
+                 params: CostParams, cuda_graphs: bool = True):
         self.shapes, self.hw, self.L, self.params = shapes, hw, L, params
+        self.step_overhead_s = decode_step_overhead_s(shapes, params, cuda_graphs)
         eff = params.efficiency
         # prefill: the body's FLOPs per prompt token, the head's once per sequence
         self.stages = [(s.matmul_flops_per_token - s.head_flops_per_token,
@@ -167,7 +172,7 @@ class _GenerationEngine:
         hbm = pre_h + sat_steps * sm + dm
         tp = pre_tp + sat_steps * stp + dtp
         pp = pre_pp + sat_steps * spp + dpp
-        overhead = (sat_steps + dsteps) * params.decode_step_overhead_s
+        overhead = (sat_steps + dsteps) * self.step_overhead_s
         parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
                  "data": 0.0, "overhead": overhead, "offload": 0.0}
         return ReplicaCost(compute + hbm + tp + pp + overhead, parts, B, violations)
@@ -324,9 +329,11 @@ def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mb
 
 
 def forward_engine(kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
-                   params: CostParams, mbs: int, recompute: bool) -> _ForwardEngine:
+                   params: CostParams, mbs: int | Batching, recompute: bool) -> _ForwardEngine:
     """An inference (``kind`` "inference") or training replica's cost as a function of its
-    sequence count, with the n-independent factors computed once (memoised)."""
+    sequence count, with the n-independent factors computed once (memoised). ``mbs``: sequences
+    per micro-batch (padding removed), or a :class:`~hetrl.cost.batching.Batching` (a token
+    budget, padding kept)."""
     key = ("fwd", kind, shapes, hw, L, params, mbs, recompute)
     out = _CONSTS.get(key)
     if out is None:
@@ -340,7 +347,7 @@ class _ForwardEngine:
     """:func:`inference_replica` / :func:`training_replica` for one layout and hardware."""
 
     def __init__(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
-                 L: LengthStats, params: CostParams, mbs: int, recompute: bool):
+                 L: LengthStats, params: CostParams, mbs: int | Batching, recompute: bool):
         self.training = kind == "training"
         if self.training:
             self.mult, self.allreduces = (4.0 if recompute else 3.0), (6 if recompute else 4)
@@ -348,6 +355,8 @@ class _ForwardEngine:
         else:
             self.mult, self.allreduces, flops_kind = 1.0, 2, "infer_flops"
         self.L, self.mbs = L, mbs
+        #: micro-batches by a token budget or padded (None: by count, padding removed)
+        self.batcher = None if isinstance(mbs, int) else micro_batcher(mbs, L)
         stages, sends, self.hidden, self.value_bytes = _stage_consts(
             shapes, hw, L, params, flops_kind, self.mult, self.allreduces)
         #: per stage its factors and its TP group's links (kernels.FORWARD_STAGE, LINK_FACTS),
@@ -359,13 +368,18 @@ class _ForwardEngine:
         self.sends = np.array(sends, dtype=float).reshape(len(sends), 3)
 
     def replica(self, n: float, load: float = 1.0) -> ReplicaCost:
-        """``n`` sequences in micro-batches of the engine's size, each micro-batch carrying
-        ``load`` x its mean tokens (:mod:`hetrl.cost.stragglers`: the slowest replica's)."""
+        """``n`` sequences in the engine's micro-batches, each micro-batch carrying ``load`` x
+        its mean tokens (:mod:`hetrl.cost.stragglers`: the slowest replica's); by a token budget
+        or padded, as :meth:`hetrl.cost.batching.MicroBatcher.split` counts and sizes them."""
         if n <= 0:
             return ReplicaCost(0.0, _parts())
-        m, seqs = _micro(n, self.mbs)
+        if self.batcher is None:
+            m, seqs = _micro(n, self.mbs)
+            seqs, mean, sq = seqs * load, self.L.seq_mean, self.L.seq_sq_mean
+        else:
+            m, seqs, mean, sq = self.batcher.split(n, load)
         total, compute, hbm, tp, pp, bubble = forward_replica_seconds(
-            self.stages, self.sends, seqs * load, m, self.L.seq_mean, self.L.seq_sq_mean, self.hidden,
+            self.stages, self.sends, seqs, m, mean, sq, self.hidden,
             self.value_bytes, self.mult, self.training, not self.training)
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0,

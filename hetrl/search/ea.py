@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.cost.batching import micro_batching
 from hetrl.cost.flops import LM_HEAD_ROLES, stage_shapes
 from hetrl.cost.fsdp import fsdp_memory_bytes
 from hetrl.cost.model import CostModel
@@ -257,7 +258,7 @@ class Arm:
             if backend == "fsdp":  # sharded states and one micro-batch's working set
                 whole = stage_shapes(shape, (shape.layers,), 1, info.role in LM_HEAD_ROLES,
                                      wl.bytes_per_value)[0]
-                mbs = wl.micro_batch_size if training else wl.inference_micro_batch_size
+                mbs = micro_batching(wl, info.kind)
                 _, states, working = fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp,
                                                        mbs, self.model.L, prm, wl.recompute,
                                                        offload)

@@ -16,6 +16,8 @@ from hetrl.spec.tasks import ALGORITHMS, REWARDS, TaskInfo, roles_for, tasks_for
 MODES = ("sync", "async")
 PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZERS = ("adam", "adamw")
+#: What a padded micro-batch pads its sequences to (``remove_padding: false``).
+PAD_TO = ("longest", "max")
 #: Version 2 added ``recompute_logprobs``; a version-1 file (or trace) means false: the task set
 #: it was written with.
 SCHEMA_VERSION = 2
@@ -29,8 +31,14 @@ class WorkloadSpec:
     ``models`` holds (role, shape) pairs for the roles the algorithm uses; use :meth:`model`.
     ``batch_prompts`` prompts per iteration, each answered ``responses_per_prompt`` times.
     Lengths are in tokens. ``micro_batch_size`` is sequences per training micro-batch and
-    ``inference_micro_batch_size`` sequences per inference forward; ``gen_max_concurrency`` caps
-    the sequences a generation replica decodes at once (vLLM ``max_num_seqs``).
+    ``inference_micro_batch_size`` sequences per inference forward; ``micro_batch_tokens`` and
+    ``inference_micro_batch_tokens`` (optional) batch by a token budget instead, ignoring the
+    count (verl ``use_dynamic_bsz``: ``ppo_max_token_len_per_gpu``,
+    ``log_prob_max_token_len_per_gpu``). ``remove_padding`` (verl ``use_remove_padding``): only
+    real tokens cost; false pads every sequence of a micro-batch to ``pad_to``: its longest
+    ("longest") or the longest possible, prompt max + response max ("max", verl's static
+    padding). ``gen_max_concurrency`` caps the sequences a generation replica decodes at once
+    (vLLM ``max_num_seqs``).
     ``optimizer_steps`` is PPO mini-batches (optimizer updates) per iteration.
     ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
     ``reward`` is "model" (a reward model scores the responses: ``reward_inference``) or "rule"
@@ -39,6 +47,9 @@ class WorkloadSpec:
     log-probs (task ``actor_inference``, placed in actor_training's group), as verl, NeMo-RL and
     OpenRLHF run it. Workload files default it to true; this constructor and the paper's presets
     to false (the paper's task set).
+    The rollout engine as configured: ``gen_cuda_graphs`` (vLLM's default; false: an eager
+    engine, ``enforce_eager``) and ``gen_gpu_memory_utilization`` (vLLM's share of each GPU for
+    its weights and KV pool; null: the pool takes what other tasks leave).
     """
 
     name: str
@@ -54,17 +65,28 @@ class WorkloadSpec:
     optimizer: str = "adam"
     micro_batch_size: int = 4
     inference_micro_batch_size: int = 16
+    micro_batch_tokens: int | None = None
+    inference_micro_batch_tokens: int | None = None
+    remove_padding: bool = True
+    pad_to: str = "longest"
     gen_max_concurrency: int = 256
     optimizer_steps: int = 1
     recompute: bool = False
     reward: str = "model"
     recompute_logprobs: bool = False
+    gen_cuda_graphs: bool = True
+    gen_gpu_memory_utilization: float | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "name", self.name,
                 "must be a non-empty string")
-        for key in ("recompute", "recompute_logprobs"):
+        if self.gen_gpu_memory_utilization is not None:
+            u = self.gen_gpu_memory_utilization
+            require(isinstance(u, int | float) and not isinstance(u, bool) and 0 < u <= 1,
+                    "gen_gpu_memory_utilization", u,
+                    "must be a fraction in (0, 1] (vLLM gpu_memory_utilization) or null")
+        for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
         require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
@@ -96,6 +118,19 @@ class WorkloadSpec:
         for key in ("micro_batch_size", "inference_micro_batch_size", "gen_max_concurrency",
                     "optimizer_steps"):
             positive_int(key, getattr(self, key))
+        longest = self.prompt_length.max + self.response_length.max
+        for key in ("micro_batch_tokens", "inference_micro_batch_tokens"):
+            value = getattr(self, key)
+            require(value is None or (isinstance(value, int) and not isinstance(value, bool)
+                                      and value >= longest), key, value,
+                    f"must be null or an integer >= the longest sequence, prompt_length.max + "
+                    f"response_length.max = {longest} tokens (verl asserts max_token_len >= "
+                    "the sequence length)")
+        require(isinstance(self.remove_padding, bool), "remove_padding", self.remove_padding,
+                "must be true or false (a YAML boolean, not a string)")
+        require(self.pad_to in PAD_TO, "pad_to", self.pad_to, f"must be one of {list(PAD_TO)}")
+        require(self.pad_to != "max" or not self.remove_padding, "pad_to", self.pad_to,
+                "pads only with remove_padding: false")
         require(self.optimizer_steps <= self.samples, "optimizer_steps", self.optimizer_steps,
                 f"must be <= samples per iteration ({self.samples})")
         require(self.precision in PRECISIONS, "precision", self.precision,
@@ -167,11 +202,17 @@ class WorkloadSpec:
             "optimizer": self.optimizer,
             "micro_batch_size": self.micro_batch_size,
             "inference_micro_batch_size": self.inference_micro_batch_size,
+            "micro_batch_tokens": self.micro_batch_tokens,
+            "inference_micro_batch_tokens": self.inference_micro_batch_tokens,
+            "remove_padding": self.remove_padding,
+            "pad_to": self.pad_to,
             "gen_max_concurrency": self.gen_max_concurrency,
             "optimizer_steps": self.optimizer_steps,
             "recompute": self.recompute,
             "reward": self.reward,
             "recompute_logprobs": self.recompute_logprobs,
+            "gen_cuda_graphs": self.gen_cuda_graphs,
+            "gen_gpu_memory_utilization": self.gen_gpu_memory_utilization,
         }
 
     @classmethod

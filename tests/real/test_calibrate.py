@@ -35,9 +35,14 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 A100 = "A100-80GB"
 #: The "real" hardware of the synthetic traces: efficiencies well off the defaults
 #: (defaults: train 0.40, infer 0.50, decode_hbm 0.70, hbm 0.80, link 0.80, overhead 1 ms).
+#: The trainer sends its weights in 1 GB buckets (as verl's checkpoint engine does), in the
+#: traces and in the fit's base alike: then the bytes, not the per-call overhead, set the
+#: sync's time, and the traces can pin the link down.
+BUCKETED = dataclasses.replace(DEFAULT_PARAMS, sync_bucket_bytes=1e9)
 TRUE_PARAMS = CostParams(per_gpu=((A100, "train_flops", 0.25), (A100, "infer_flops", 0.30),
                                   (A100, "decode_hbm", 0.45), (A100, "hbm", 0.60),
-                                  (A100, "link", 0.50)), decode_step_overhead_s=4e-3)
+                                  (A100, "link", 0.50)), decode_step_overhead_s=4e-3,
+                         sync_bucket_bytes=1e9)
 
 
 def _trace(plan, workload, cluster, params=TRUE_PARAMS, iterations=2) -> Trace:
@@ -63,7 +68,7 @@ def traces(specs):
 
 @pytest.fixture(scope="module")
 def fitted(traces):
-    return fit_params([CalibrationRun.from_trace(t) for t in traces], max_sweeps=5)
+    return fit_params([CalibrationRun.from_trace(t) for t in traces], base=BUCKETED, max_sweeps=5)
 
 
 def test_fit_recovers_the_true_efficiencies(fitted):

@@ -243,8 +243,11 @@ def test_ilp_accepts_a_hint_and_the_scheduler_reports_optimality():
     validate(result.plan, wl, cl)
     assert result.estimate.feasible
     # The full cost model prices the ILP's plan close to the ILP's own (linearised) objective
-    # here: no co-located generation and one-node pulls.
-    assert result.estimate.iteration_s == pytest.approx(first["objective_s"], rel=0.1)
+    # here (one-node pulls), once the rollout engine's sleep/wake and the sync's per-call
+    # overhead, which the ILP's objective leaves out, are taken off.
+    ws = result.estimate.parts["weight_sync"]
+    assert result.estimate.iteration_s - ws["overhead"] == pytest.approx(first["objective_s"],
+                                                                         rel=0.1)
 
 
 def test_ilp_without_a_solution_falls_back_to_a_valid_plan(small_workload, small_cluster):

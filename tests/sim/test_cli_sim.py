@@ -54,7 +54,9 @@ def test_json_output(capsys, files):
     assert code == 0, err
     est = json.loads(out)
     assert list(d["tasks"]) == list(est["tasks"])  # the same names in the same order
-    assert d["tasks"]["critic_training"] > 0 and d["tasks"]["weight_sync"] == 0.0
+    # co-located, one layout: no weights move; the engine's sleep and wake remain, as estimated
+    assert d["tasks"]["critic_training"] > 0
+    assert d["tasks"]["weight_sync"] == pytest.approx(est["tasks"]["weight_sync"], rel=1e-9)
     assert d["faults"]["stalled"] is False and d["faults"]["lost_devices"] == []
     assert len(d["per_iteration"]) == 3
     # the seed matters, and only the seed

@@ -1,0 +1,73 @@
+"""The rollout engine as it is configured: per-step overhead with and without CUDA graphs, the KV
+pool under ``gpu_memory_utilization``, the co-located engine switch, and the weight sync's calls.
+
+- **Decode step overhead.** Every decode step pays the scheduler, sampling and the kernel
+  launches. With CUDA graphs (vLLM's default) the launches of a step are one graph replay: the
+  fixed ``decode_step_overhead_s``. An eager engine (``enforce_eager``, or a backend without
+  graphs) launches each layer's kernels from the CPU: ``eager_launch_s_per_layer`` more per
+  layer of the replica's longest stage (stages launch in parallel).
+- **KV pool.** vLLM sizes its pool as ``gpu_memory_utilization`` x the GPU's memory less its own
+  weights (and a profiling run's activations, here inside the usable fraction); without the
+  setting the pool takes what the device's other tenants leave (a dedicated engine).
+- **Engine switch.** A co-located rollout engine in a synchronous plan (verl's hybrid engine)
+  sleeps while other tasks use its GPUs and wakes for the next rollout (vLLM sleep mode level 1:
+  weights offloaded to host memory, KV cache discarded): each iteration its weight shard goes to
+  the host and back over the host link, plus ``engine_switch_s`` for freeing and re-allocating
+  the pool and restoring the graphs (vLLM's sleep-mode post: 0.26-0.85 s per wake for small
+  models, almost all fixed cost).
+- **Weight-sync calls.** Trainers send weights in NCCL calls -- one per tensor (verl's and
+  NeMo-RL's per-tensor broadcast) or one per bucket of ``sync_bucket_bytes`` -- and each call
+  costs ``sync_call_overhead_s`` beyond its bytes (verl's checkpoint-engine ablation: a 7B
+  per-tensor sync takes 0.12 s where its bytes need a few ms; SGLang's per-call fix took a 1B
+  sync from 7.0 s to 0.5 s).
+
+Constants and sources: ``hetrl.cost.params`` and docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hetrl.cost.flops import StageShape
+from hetrl.cost.params import CostParams
+
+#: Weight tensors per transformer layer in a per-tensor sync: q, k, v, o, gate, up, down and two
+#: norms (Llama/Qwen layers; the fused qkv/gate-up of some engines only lowers the count).
+TENSORS_PER_LAYER = 9
+
+
+def decode_step_overhead_s(shapes: tuple[StageShape, ...], params: CostParams,
+                           cuda_graphs: bool) -> float:
+    """Seconds of fixed work per decode step of one replica of ``shapes``."""
+    if cuda_graphs:
+        return params.decode_step_overhead_s
+    return params.decode_step_overhead_s + params.eager_launch_s_per_layer * max(
+        s.layers for s in shapes)
+
+
+def kv_pool_cap(total_bytes: float, engine_weight_bytes: float,
+                utilization: float | None) -> float:
+    """The most KV cache one device's engine allocates (bytes): ``utilization`` x its memory
+    less its weights; unbounded (inf) without the setting."""
+    if utilization is None:
+        return math.inf
+    return utilization * total_bytes - engine_weight_bytes
+
+
+def switch_seconds(engine_weight_bytes: float, params: CostParams) -> float:
+    """One sleep-and-wake of a co-located rollout engine holding ``engine_weight_bytes`` per
+    device (the largest shard: devices switch in parallel), seconds."""
+    return params.engine_switch_s + 2 * engine_weight_bytes / (params.host_link_GBps * 1e9)
+
+
+def sync_calls(shapes: tuple[StageShape, ...], params: CostParams) -> int:
+    """NCCL calls to send one generation replica's weights: one per tensor of its largest stage
+    (stages receive in parallel), or one per ``sync_bucket_bytes`` when bucketed."""
+    if params.sync_bucket_bytes > 0:
+        return max(math.ceil(s.weight_bytes * s.tp / params.sync_bucket_bytes) for s in shapes)
+    return max(s.layers * TENSORS_PER_LAYER + int(s.first) + 2 * int(s.last) for s in shapes)
+
+
+def sync_call_seconds(shapes: tuple[StageShape, ...], params: CostParams) -> float:
+    """The per-call overhead of one weight sync (seconds): calls x ``sync_call_overhead_s``."""
+    return sync_calls(shapes, params) * params.sync_call_overhead_s
