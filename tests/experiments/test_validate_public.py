@@ -125,3 +125,16 @@ def test_a_row_that_cannot_be_built_is_skipped_with_its_reason(rows):
     df = vp.validate(DEFAULT_PARAMS, [bad])
     assert list(df["status"]) == ["skipped"]
     assert "no_such_task" in df["reason"].iloc[0]
+
+
+def test_the_fit_reads_only_fit_rows_and_moves_only_their_kernels(rows):
+    """experiments/fit_public.py: every row it fits on is in the fit split (the holdout rows
+    never enter it), and a fitted value changes only the efficiency it names."""
+    from experiments import fit_public
+
+    split = {r.id: r.split for r in rows}
+    assert all(split[i] == "fit" for ids in fit_public.FITTED.values() for i in ids)
+    moved = fit_public._with(DEFAULT_PARAMS, [0.9, 0.8, 0.7])
+    assert [moved.efficiency("A100-80GB", k) for k in fit_public.FITTED] == [0.9, 0.8, 0.7]
+    for kind in ("decode_flops", "hbm", "link"):
+        assert moved.efficiency("A100-80GB", kind) == DEFAULT_PARAMS.efficiency("A100-80GB", kind)
