@@ -50,7 +50,8 @@ def reference_s(repeats: int = 5) -> float:
 def shape(plan: Plan, workload) -> str:
     """A short description: per task dp x pp x tp."""
     short = {"actor_generation": "gen", "reward_inference": "rew", "reference_inference": "ref",
-             "critic_inference": "cinf", "actor_training": "atr", "critic_training": "ctr"}
+             "critic_inference": "cinf", "actor_inference": "ainf", "actor_training": "atr",
+             "critic_training": "ctr"}
     return " ".join(f"{short[p.task]} {p.dp}x{p.pp}x{p.tp}" for p in plan.placements)
 
 

@@ -5,10 +5,11 @@
 Each efficiency is fitted on the rows that measure its kernels (the measurements file's "How to
 use", step 4): ``train_flops`` on the training rows (T1-T4), ``infer_flops`` on the prefill row
 (F1), ``decode_hbm`` on the generation rows (G1-G4). The residuals are ln(estimate / measured)
-of those rows' primary comparisons, minimised by ``scipy.optimize.least_squares`` in log space
-within [0.05, 1]. The holdout rows (S1-S14, W1, W2) never enter the fit: their error is what the
-fit generalises to. Nothing is tuned to a row: a row only moves the efficiency of the kernels it
-measures, together with the other rows of its kind.
+of those rows' primary comparisons, minimised together by ``scipy.optimize.least_squares`` in
+log space within [0.05, 1] (a generation row's prefill also depends on ``infer_flops``). The
+holdout rows (S1-S14, W1, W2) never enter the fit: their error is what the fit generalises to.
+The fitted values replace the kinds' defaults; a ``per_gpu`` entry of the base params would
+still override them.
 """
 
 from __future__ import annotations

@@ -462,11 +462,9 @@ class _LogFit:
             return self.u_base.copy(), np.ones(0), np.zeros(0), []
         u_all, jac = self.solve(every, self.u_base)
         # Gauss-Newton: J^T J = J_data^T J_data + w I is the posterior precision x TASK_SIGMA_LN^2
-        # (scipy zeroes the column of a parameter held at a bound: the data say nothing there,
-        # so its precision is the prior's alone)
+        # (J^T J holds the prior's w I, but a finite-difference column can come back
+        # degenerate -- a CPU trace gave a singular matrix: fall back to the pseudo-inverse)
         precision = jac.T @ jac
-        for i in np.flatnonzero(~np.any(jac, axis=0)):
-            precision[i, i] = self.w
         try:
             cov = np.linalg.inv(precision)
         except np.linalg.LinAlgError:

@@ -302,6 +302,11 @@ def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
     for p in plan.placements:
         require(p.task in tasks, "placements", p.task, f"not a task of {workload.algorithm}")
         validate_placement(p, workload, cluster, plan.group_of(p.task))
+    for t, host in COLOCATED_WITH.items():
+        if t in tasks and host in tasks:
+            outside = sorted(set(plan.placement(t).device_ids) - set(plan.placement(host).device_ids))
+            require(not outside, f"placements[{t}].devices", outside,
+                    f"not used by {host}: {t} runs on the trainer's weights, on its GPUs")
 
 
 def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: ClusterSpec,

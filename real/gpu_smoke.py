@@ -30,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference")
+INFERENCE_TASKS = ("reward_inference", "reference_inference", "critic_inference",
+                   "actor_inference")
 TRAINING_TASKS = ("actor_training", "critic_training")
 ROLE_KEYS = {"actor_training": ("ref_logp", "advantages"),
              "critic_training": ("returns", "old_values")}
@@ -168,8 +169,9 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
             worker.train(task, it, micro, [mb.num_response_tokens / total for mb, _ in micro],
                          {}, None, (0,))
         for src, dst, name in (("actor_training", "actor_generation", "weight_sync"),
-                               ("critic_training", "critic_inference", "critic_sync")):
-            if src in workload.task_names:
+                               ("critic_training", "critic_inference", "critic_sync"),
+                               ("actor_training", "actor_inference", "actor_logprob_sync")):
+            if src in workload.task_names and dst in workload.task_names:
                 state = worker.export_weights(src)
                 held, sent = worker.load_weights(dst, it, name, [0], state)
                 if held != sent:

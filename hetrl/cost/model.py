@@ -448,7 +448,7 @@ class CostModel:
                 rows = [(*task_memory_bytes(kind, shape, j, p.pp, p.dp, n_total * share, mbs,
                                             self.L, self.params, wl.recompute), kv_seq[j], 1.0)
                         for j, shape in enumerate(shapes)]
-                seen[key] = rows
+            seen[key] = rows
             per_slot += rows
         out = np.repeat(np.array(per_slot), p.tp, axis=0).T.copy()
         out.setflags(write=False)
@@ -612,7 +612,7 @@ class CostModel:
         mem = self.placement_memory(p)
         need = mem.weights + mem.states + mem.working
         if self.workload.task(p.task).kind == "generation":
-            own = self._mem_bytes - mem.weights
+            own = self._kv_pool(p, self._mem_bytes - mem.weights)
             seconds = self._generation(p, np.where(mem.weights > 0, own, 0.0)).seconds
             seq_max = (self.L.prompt_max + self.L.response_max) / self.L.seq_mean
             need = need + mem.kv_per_seq * seq_max

@@ -17,6 +17,7 @@ from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, TaskPlacement, make_placement
 from hetrl.search.balance import balance
 from hetrl.search.space import Layout, layouts, placement_fields, sub_layouts, with_backends
+from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
 
@@ -84,9 +85,32 @@ def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
             placements.append(model.memoised(
                 ("decode", task, devices, lay, off, load_balance),
                 partial(_placement, model, task, devices, lay, off, load_balance)))
+    by_task = {p.task: p for p in placements}
+    for t, host in COLOCATED_WITH.items():
+        if t in by_task and host in by_task and not set(by_task[t].device_ids) <= set(
+                by_task[host].device_ids):
+            by_task[t] = model.memoised(("on host", by_task[t], by_task[host], load_balance),
+                                        partial(_on_host, model, by_task[t], by_task[host],
+                                                load_balance))
     order = {t: i for i, t in enumerate(wl.task_names)}
-    placements.sort(key=lambda p: order[p.task])
-    return Plan(tuple(groups), tuple(placements))
+    return Plan(tuple(groups), tuple(sorted(by_task.values(), key=lambda p: order[p.task])))
+
+
+def _on_host(model: CostModel, p: TaskPlacement, host: TaskPlacement,
+             load_balance: bool) -> TaskPlacement:
+    """``p`` moved onto its host's GPUs (a task bound to its host's weights, ``COLOCATED_WITH``:
+    the actor's old log-probs on the trainer's GPUs): its layout on the first of them if it
+    fits there, else the host's own (dp, pp, tp)."""
+    devices = host.device_ids
+    dp, pp, tp, backend, offload = p.dp, p.pp, p.tp, p.backend, p.offload
+    if dp * pp * tp > len(devices):
+        dp, pp, tp = host.dp, host.pp, host.tp
+        if backend == "fsdp" and (pp > 1 or tp > 1):
+            backend, offload = "megatron", False
+    out = make_placement(p.task, devices[: dp * pp * tp], dp, pp, tp,
+                         model.workload.model(model.workload.task(p.task).role).layers,
+                         backend=backend, offload=offload)
+    return balance(model, out) if load_balance else out
 
 
 def _placement(model: CostModel, task: str, devices: tuple[int, ...], lay: Layout, off: int,

@@ -48,6 +48,12 @@ def exact_layouts(workload: WorkloadSpec, task: str, n: int) -> list[Layout]:
             if x[0] * x[1] * x[2] == n]
 
 
+def _megatron(options: list[Layout]) -> list[Layout]:
+    """The Megatron layouts among ``options`` (all of them if there is none): where the
+    baselines' descents start, as they did before the FSDP variants joined the space."""
+    return [x for x in options if len(x) == 3] or options
+
+
 def pool_plan(workload: WorkloadSpec, pools: list[tuple[tuple[str, ...], tuple[int, ...]]],
               lay: dict[str, Layout]) -> Plan:
     """Tasks in pools (task names, devices), each task using its pool with layout ``lay``."""
@@ -168,7 +174,9 @@ class _VerlBase(Scheduler):
             options[m] = (present, sorted(common or ()))
         if any(not opts for _, opts in options.values()):
             return False
-        choice = {m: opts[len(opts) // 2] for m, (_, opts) in options.items()}
+        # start in the middle of the Megatron layouts, as before FSDP joined them (the FSDP
+        # variants, appended, are reached by the descent)
+        choice = {m: _megatron(opts)[len(_megatron(opts)) // 2] for m, (_, opts) in options.items()}
         rollout = options.get("rollout", options.get("actor"))[1]
         if start >= len(rollout):
             return False
@@ -239,7 +247,7 @@ class StreamRLScheduler(Scheduler):
         lay: dict[str, Layout] = {}
         for tasks, devices in pools:
             for t in tasks:
-                lay[t] = exact_layouts(wl, t, len(devices))[-1]
+                lay[t] = _megatron(exact_layouts(wl, t, len(devices)))[-1]
         best = ev.evaluate(pool_plan(wl, pools, lay))
         for _ in range(2):
             improved = False

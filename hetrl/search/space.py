@@ -155,7 +155,8 @@ def space_size(workload: WorkloadSpec, cluster: ClusterSpec) -> dict[str, float]
         # with symmetry: ways to split each class's count over g groups (stars and bars)
         sym = sum(math.log(math.comb(c + g - 1, g - 1)) for c in classes)
         log_l3_sym = max(log_l3_sym, sym / math.log(10))
-    per_task = [len(layouts(workload.model(ti.role), n)) for ti in workload.tasks]
+    per_task = [len(with_backends(ti.kind, layouts(workload.model(ti.role), n)))
+                for ti in workload.tasks]
     log_l4 = sum(math.log10(max(c, 1)) for c in per_task)
     log_l5 = t * math.lgamma(n + 1) / math.log(10)
     return {

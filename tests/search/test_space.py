@@ -18,7 +18,7 @@ from hetrl.search.space import (
     task_groupings,
 )
 from hetrl.spec.model import model_presets
-from hetrl.spec.presets import cluster_preset
+from hetrl.spec.presets import cluster_preset, workload_preset
 
 #: Stirling numbers of the second kind S(6, k), k = 1..6: partitions of 6 tasks into k groups.
 STIRLING6 = {1: 1, 2: 31, 3: 90, 4: 65, 5: 15, 6: 1}
@@ -122,8 +122,10 @@ def test_space_size_paper64_by_hand(ppo8b):
     # With symmetry: 8 nodes of 8 interchangeable GPUs, each split over 6 groups: C(13, 5)^8.
     assert len(device_classes(cluster)) == 8
     assert math.isclose(size["log10_level3_gpu_sets_symmetric"], 8 * math.log10(math.comb(13, 5)))
-    # Level 4: 56 layouts per task (see test_layouts_qwen3_8b_on_64_by_hand), six tasks.
-    assert math.isclose(size["log10_level4_layouts"], 6 * math.log10(56))
+    # Level 4: 56 layouts per task (see test_layouts_qwen3_8b_on_64_by_hand), six tasks; the five
+    # training and inference tasks also have the FSDP variants of (64, 1, 1), with and without
+    # offload: 58.
+    assert math.isclose(size["log10_level4_layouts"], math.log10(56) + 5 * math.log10(58))
     assert math.isclose(size["log10_level5_tasklet_maps"], 6 * math.log10(math.factorial(64)))
     total = (math.log10(by_hand) + size["log10_level3_gpu_sets"] + size["log10_level4_layouts"]
              + size["log10_level5_tasklet_maps"])
@@ -136,3 +138,28 @@ def test_space_size_grpo_small(grpo4b):
     # GRPO: groupings of 4 tasks by group count 1, 7, 6, 1 -> sum of C(15, G - 1).
     assert size["level2_gpu_groupings"] == 1 + 7 * 15 + 6 * 105 + 1 * 455
     assert size["level1_task_groupings"] == 15
+
+
+def test_decoding_moves_actor_inference_onto_the_trainers_gpus():
+    """A genotype may put actor_inference on GPUs of its group that actor_training does not use
+    (an offset, a part-of-group layout): decoding moves it onto the trainer's GPUs -- its own
+    layout where it fits, else the trainer's -- so every decoded plan validates."""
+    from hetrl.cost.model import CostModel
+    from hetrl.plan import validate
+    from hetrl.search.genome import Genotype, decode
+
+    wl = workload_preset("qwen3-4b-grpo-sync").with_(recompute_logprobs=True)
+    cl = cluster_preset("a100x8")
+    model = CostModel(wl, cl)
+    lay = {t: (8, 1, 1) for t in wl.task_names}
+    lay.update(actor_training=(4, 1, 1), actor_inference=(2, 1, 1))
+    g = Genotype((wl.task_names,), (8,), tuple(range(8)), tuple(lay.items()),
+                 offsets=(("actor_inference", 6),))
+    plan = decode(g, model)
+    validate(plan, wl, cl)
+    ai, at = plan.placement("actor_inference"), plan.placement("actor_training")
+    assert (ai.dp, ai.pp, ai.tp) == (2, 1, 1) and set(ai.device_ids) <= set(at.device_ids)
+    big = decode(Genotype(g.groups, g.sizes, g.order, tuple({**lay, "actor_inference": (8, 1, 1)}
+                                                             .items())), model)
+    validate(big, wl, cl)
+    assert big.placement("actor_inference").dp == 4  # the trainer's layout: 4 of 8 GPUs
