@@ -18,8 +18,9 @@ from hetrl.errors import SpecError, require
 
 #: Kernel kinds with an efficiency factor, and the default achieved/peak of each.
 KERNEL_KINDS: dict[str, float] = {
-    # Training forward+backward matmuls (MFU). Megatron reaches 40-48% on large models; smaller
-    # models, RL-sized sequences and mixed GPU generations do worse: 0.40.
+    # Training forward+backward matmuls, kernel-level: collectives, bubble and the optimizer are
+    # priced on their own, never folded in. Megatron's end-to-end MFU is 40-48% on large
+    # models; smaller models, RL-sized sequences and mixed GPU generations do worse: 0.40.
     "train_flops": 0.40,
     # Inference forward passes and prefill: larger kernels without a backward: 0.50.
     "infer_flops": 0.50,
