@@ -63,12 +63,12 @@ class Genotype:
 
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     info = workload.task(task)
-    return with_backends(info.kind, layouts(workload.model(info.role), n))
+    return with_backends(info.kind, layouts(workload.model(info.role), n), workload.backends)
 
 
 def candidate_sub_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     info = workload.task(task)
-    return with_backends(info.kind, sub_layouts(workload.model(info.role), n))
+    return with_backends(info.kind, sub_layouts(workload.model(info.role), n), workload.backends)
 
 
 def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:

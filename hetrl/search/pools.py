@@ -44,7 +44,8 @@ def exact_layouts(workload: WorkloadSpec, task: str, n: int) -> list[Layout]:
     """Layouts of ``task`` using all ``n`` GPUs, FSDP ones included (verl's default training
     backend; see :func:`~hetrl.search.space.with_backends`)."""
     info = workload.task(task)
-    return [x for x in with_backends(info.kind, layouts(workload.model(info.role), n))
+    return [x for x in with_backends(info.kind, layouts(workload.model(info.role), n),
+                                     workload.backends)
             if x[0] * x[1] * x[2] == n]
 
 

@@ -28,10 +28,12 @@ Layout = tuple
 FSDP_VARIANTS = {"fsdp": ("fsdp", False), "fsdp+offload": ("fsdp", True)}
 
 
-def with_backends(kind: str, base: tuple[Layout, ...]) -> tuple[Layout, ...]:
-    """``base`` layouts of a task of ``kind`` plus, for training and inference, an FSDP variant
-    (with and without offload) of each data-parallel-only one (pp = tp = 1)."""
-    if kind == "generation":
+def with_backends(kind: str, base: tuple[Layout, ...],
+                  backends: tuple[str, ...] = ("megatron", "fsdp")) -> tuple[Layout, ...]:
+    """``base`` layouts of a task of ``kind`` plus, for training and inference when ``backends``
+    (the workload's) has ``fsdp``, an FSDP variant (with and without offload) of each
+    data-parallel-only one (pp = tp = 1)."""
+    if kind == "generation" or "fsdp" not in backends:
         return base
     return base + tuple((x[0], 1, 1, v) for x in base if x[1] == 1 and x[2] == 1
                         for v in FSDP_VARIANTS)
@@ -155,7 +157,7 @@ def space_size(workload: WorkloadSpec, cluster: ClusterSpec) -> dict[str, float]
         # with symmetry: ways to split each class's count over g groups (stars and bars)
         sym = sum(math.log(math.comb(c + g - 1, g - 1)) for c in classes)
         log_l3_sym = max(log_l3_sym, sym / math.log(10))
-    per_task = [len(with_backends(ti.kind, layouts(workload.model(ti.role), n)))
+    per_task = [len(with_backends(ti.kind, layouts(workload.model(ti.role), n), workload.backends))
                 for ti in workload.tasks]
     log_l4 = sum(math.log10(max(c, 1)) for c in per_task)
     log_l5 = t * math.lgamma(n + 1) / math.log(10)

@@ -21,6 +21,8 @@ PAD_TO = ("longest", "max")
 #: Version 2 added ``recompute_logprobs``; a version-1 file (or trace) means false: the task set
 #: it was written with.
 SCHEMA_VERSION = 2
+#: Training backends a workload may let the search use (hetrl.plan.BACKENDS).
+SEARCH_BACKENDS = ("megatron", "fsdp")
 READABLE_VERSIONS = (1, 2)
 
 
@@ -47,6 +49,9 @@ class WorkloadSpec:
     log-probs (task ``actor_inference``, placed in actor_training's group), as verl, NeMo-RL and
     OpenRLHF run it. Workload files default it to true; this constructor and the paper's presets
     to false (the paper's task set).
+    ``backends``: the training backends the search may give training and inference tasks
+    (``megatron`` always; ``fsdp`` adds ZeRO-3 layouts). Workload files default to both; this
+    constructor and the paper's presets to Megatron's alone (the paper's search space).
     The rollout engine as configured: ``gen_cuda_graphs`` (vLLM's default; false: an eager
     engine, ``enforce_eager``) and ``gen_gpu_memory_utilization`` (vLLM's share of each GPU for
     its weights and KV pool; null: the pool takes what other tasks leave).
@@ -74,6 +79,7 @@ class WorkloadSpec:
     recompute: bool = False
     reward: str = "model"
     recompute_logprobs: bool = False
+    backends: tuple[str, ...] = ("megatron",)
     gen_cuda_graphs: bool = True
     gen_gpu_memory_utilization: float | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
@@ -86,6 +92,11 @@ class WorkloadSpec:
             require(isinstance(u, int | float) and not isinstance(u, bool) and 0 < u <= 1,
                     "gen_gpu_memory_utilization", u,
                     "must be a fraction in (0, 1] (vLLM gpu_memory_utilization) or null")
+        require(isinstance(self.backends, tuple) and "megatron" in self.backends
+                and set(self.backends) <= set(SEARCH_BACKENDS)
+                and len(set(self.backends)) == len(self.backends), "backends",
+                list(self.backends) if isinstance(self.backends, tuple) else self.backends,
+                f"must list megatron and optionally fsdp, each once (of {list(SEARCH_BACKENDS)})")
         for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
@@ -211,6 +222,7 @@ class WorkloadSpec:
             "recompute": self.recompute,
             "reward": self.reward,
             "recompute_logprobs": self.recompute_logprobs,
+            "backends": list(self.backends),
             "gen_cuda_graphs": self.gen_cuda_graphs,
             "gen_gpu_memory_utilization": self.gen_gpu_memory_utilization,
         }
@@ -254,6 +266,11 @@ class WorkloadSpec:
         # a file without the key: what real systems run (version 2), or the task set of its
         # time (version 1)
         values.setdefault("recompute_logprobs", values.get("schema_version", SCHEMA_VERSION) != 1)
+        # the training backends a search may use: with FSDP for files of version 2
+        raw = values.get("backends", ["megatron", "fsdp"] if values.get(
+            "schema_version", SCHEMA_VERSION) != 1 else ["megatron"])
+        require(isinstance(raw, list | tuple), "backends", raw, "must be a list, e.g. [megatron, fsdp]")
+        values["backends"] = tuple(raw)
         values["prompt_length"] = LengthDist.from_dict(data["prompt_length"], "prompt_length")
         values["response_length"] = LengthDist.from_dict(data["response_length"], "response_length")
         return cls(**values)

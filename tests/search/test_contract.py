@@ -110,8 +110,9 @@ def test_every_scheduler_plans_a_rule_reward_job(name, small_workload, small_clu
 def test_every_scheduler_keeps_recomputed_logprobs_with_the_trainer(name, small_workload,
                                                                     small_cluster):
     """recompute_logprobs adds actor_inference, which runs on the trainer's weights: every
-    scheduler places it in actor_training's task group and prices it (> 0 s)."""
-    wl = small_workload.with_(recompute_logprobs=True)
+    scheduler places it in actor_training's task group and prices it (> 0 s) -- with FSDP
+    layouts in the space too (a workload file's default)."""
+    wl = small_workload.with_(recompute_logprobs=True, backends=("megatron", "fsdp"))
     result = get_scheduler(name).search(wl, small_cluster, Budget(evaluations=BUDGET_EVALS, seed=1))
     validate(result.plan, wl, small_cluster)
     assert result.plan.group_of("actor_inference") == result.plan.group_of("actor_training")

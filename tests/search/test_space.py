@@ -122,10 +122,13 @@ def test_space_size_paper64_by_hand(ppo8b):
     # With symmetry: 8 nodes of 8 interchangeable GPUs, each split over 6 groups: C(13, 5)^8.
     assert len(device_classes(cluster)) == 8
     assert math.isclose(size["log10_level3_gpu_sets_symmetric"], 8 * math.log10(math.comb(13, 5)))
-    # Level 4: 56 layouts per task (see test_layouts_qwen3_8b_on_64_by_hand), six tasks; the five
-    # training and inference tasks also have the FSDP variants of (64, 1, 1), with and without
-    # offload: 58.
-    assert math.isclose(size["log10_level4_layouts"], math.log10(56) + 5 * math.log10(58))
+    # Level 4: 56 layouts per task (see test_layouts_qwen3_8b_on_64_by_hand), six tasks (the
+    # preset searches Megatron layouts only, the paper's space); with fsdp among the workload's
+    # backends the five training and inference tasks also have the FSDP variants of (64, 1, 1),
+    # with and without offload: 58.
+    assert math.isclose(size["log10_level4_layouts"], 6 * math.log10(56))
+    fsdp = space_size(ppo8b.with_(backends=("megatron", "fsdp")), cluster)
+    assert math.isclose(fsdp["log10_level4_layouts"], math.log10(56) + 5 * math.log10(58))
     assert math.isclose(size["log10_level5_tasklet_maps"], 6 * math.log10(math.factorial(64)))
     total = (math.log10(by_hand) + size["log10_level3_gpu_sets"] + size["log10_level4_layouts"]
              + size["log10_level5_tasklet_maps"])

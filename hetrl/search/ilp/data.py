@@ -95,7 +95,7 @@ def candidates(model: CostModel, load_balance: bool = True, max_sets: int = 4096
         n = len(devices)
         for t in wl.task_names:
             shape = wl.model(wl.task(t).role)
-            for lay in with_backends(wl.task(t).kind, layouts(shape, n)):
+            for lay in with_backends(wl.task(t).kind, layouts(shape, n), wl.backends):
                 dp, pp, tp, backend, offload = placement_fields(lay)
                 if dp * pp * tp != n:
                     continue
