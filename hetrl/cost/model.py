@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -202,9 +202,52 @@ class _TaskResult:
     concurrency: int = 0
 
 
-#: Workload- and cluster-level facts of a (workload, cluster, params), shared by the CostModels
-#: built for them (keyed by identity; each entry holds its keys, so an id is never reused).
-_STATIC: dict[tuple[int, int, int], tuple] = {}
+@dataclass(frozen=True)
+class _Shared:
+    """Workload- and cluster-level facts of one (workload, cluster, params) and the memo tables
+    every CostModel built for them shares (each table bounded where it is filled)."""
+
+    workload: WorkloadSpec
+    cluster: ClusterSpec
+    params: CostParams
+    lengths: LengthStats
+    #: usable bytes per device (memory x usable_memory_fraction), read-only
+    mem_bytes: np.ndarray
+    #: per task: (kind, role, model copy name)
+    info: dict[str, tuple[str, str, str]]
+    #: the workflow's stages as task names
+    stages: list[list[str]]
+    #: per device its GPU type name and memory (GB), for memory messages
+    gpus: tuple[tuple[str, float], ...]
+    #: (node of each device, each node's devices) where the nodes are symmetric, else None
+    symmetry: Any
+    #: per task kind its micro-batches: a sequence count (padding removed), or a Batching
+    batching: dict[str, Any]
+    #: the copies and groups of a task layout (workload-level facts)
+    copy_groups: dict = field(default_factory=dict)
+    #: the interned stage shapes of a (role, layers per stage, tp)
+    shapes: dict = field(default_factory=dict)
+    #: replica hardware per replica grid
+    hw: dict = field(default_factory=dict)
+    #: engines per (task kind, id of stage shapes, id of replica hardware) -> (shapes, hw,
+    #: engine): the entry holds the two objects, so their ids stay theirs while it lives
+    engines: dict = field(default_factory=dict)
+    #: per-device arrays of placements (for the ILP): see placement_memory
+    dense: dict = field(default_factory=dict)
+    #: the answers of task groups: see _group_memory
+    group_mem: dict = field(default_factory=dict)
+    #: the workflow's merge steps per (stage tasks, device sets): see workflow.iteration_time
+    makespan: dict = field(default_factory=dict)
+    #: replica hardware per (pp, tp, node of each device): see replica_hws
+    hw_by_nodes: dict = field(default_factory=dict)
+    #: per-device bytes of a layout's tasklets per (kind, id of the interned stage shapes, dp,
+    #: tp, per-replica batch inputs, backend, offload): see _slot_bytes
+    slot_rows: dict = field(default_factory=dict)
+
+
+#: The shared facts and tables per (workload, cluster, params), keyed by identity; each entry
+#: holds its keys, so an id is never reused while it lives.
+_STATIC: dict[tuple[int, int, int], _Shared] = {}
 #: A cost model's own memo entries (plans, tasks, groups, placements, decodes, ...) before they
 #: start afresh: ~2.5 KB each measured (paper64 PPO, 60 s search: 1.5 GB resident at ~550,000),
 #: so ~2 GB per process. Unbounded, a 10-minute search held 8.3 GB per process.
@@ -230,53 +273,39 @@ class CostModel:
         #: (generation placement, kind, grid, data shares, seconds) of the last rollout
         #: transfer priced (see _data_transfer)
         self._last_transfer: tuple | None = None
-        static = _STATIC.get((id(workload), id(cluster), id(params)))
-        if static is None or static[0] is not workload or static[1] is not cluster \
-                or static[2] is not params:
+        shared = _STATIC.get((id(workload), id(cluster), id(params)))
+        if shared is None or shared.workload is not workload or shared.cluster is not cluster \
+                or shared.params is not params:
             mem_bytes = cluster.topology.memory_bytes * params.usable_memory_fraction
             mem_bytes.setflags(write=False)
-            #: per task: (kind, role, model copy name); the workflow's stages as task names
-            info = {t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks}
-            stages = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
-            gpus = tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices)
-            batching = {kind: micro_batching(workload, kind) for kind in ("inference", "training")}
-            static = (workload, cluster, params, length_stats(workload), mem_bytes, info, stages,
-                      {}, {}, {}, {}, {}, {}, gpus, {}, node_symmetry(cluster), {}, {}, batching)
+            shared = _Shared(
+                workload, cluster, params, length_stats(workload), mem_bytes,
+                info={t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks},
+                stages=[[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)],
+                gpus=tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices),
+                symmetry=node_symmetry(cluster),
+                batching={kind: micro_batching(workload, kind)
+                          for kind in ("inference", "training")})
             if len(_STATIC) >= 64:
                 _STATIC.clear()
-            _STATIC[id(workload), id(cluster), id(params)] = static
-        self.L: LengthStats = static[3]
-        #: per task kind its micro-batches: a sequence count (padding removed), or a Batching
-        self._batching: dict[str, int | Batching] = static[18]
-        self._mem_bytes = static[4]
-        self._info = static[5]
-        self._stages = static[6]
-        #: the copies and groups of a task layout, the stage shapes of a (role, layout):
-        #: workload-level facts, shared
-        self._copy_groups: dict[Any, Any] = static[7]
-        self._shapes = static[8]
-        #: replica hardware per replica grid (cluster-level facts, shared) and engines per
-        #: (task kind, id of stage shapes, id of replica hardware) -> (shapes, hardware, engine):
-        #: the entry holds the two objects, so their ids stay theirs while it lives
-        self._hw: dict[Any, ReplicaHW] = static[9]
-        self._engines: dict[Any, tuple] = static[10]
-        #: per-device arrays of placements (for the ILP) and the answers of task groups,
-        #: shared: see placement_memory and _group_memory
-        self._dense: dict[Any, tuple] = static[11]
-        self._group_mem: dict[Any, tuple] = static[12]
-        #: per device its GPU type name and memory (GB), for memory messages
-        self._gpus: tuple[tuple[str, float], ...] = static[13]
-        #: the workflow's merge steps per (stage tasks, device sets): pure facts of the
-        #: grouping, shared (see workflow.iteration_time)
-        self._makespan: dict[Any, Any] = static[14]
-        #: (node of each device, each node's devices) where the cluster's nodes are symmetric
-        #: (see primitives.node_symmetry), else None; and replica hardware per (pp, tp, node
-        #: of each device): see replica_hws
-        self._symmetry = static[15]
-        self._hw_by_nodes: dict[tuple[int, ...], ReplicaHW] = static[16]
-        #: per-device bytes of a layout's tasklets per (kind, id of the interned stage shapes,
-        #: dp, tp, per-replica batch inputs): see _slot_bytes
-        self._slot_rows: dict[Any, np.ndarray] = static[17]
+            _STATIC[id(workload), id(cluster), id(params)] = shared
+        # the shared facts and tables under the names the methods use (see _Shared)
+        self.L: LengthStats = shared.lengths
+        self._batching: dict[str, int | Batching] = shared.batching
+        self._mem_bytes = shared.mem_bytes
+        self._info = shared.info
+        self._stages = shared.stages
+        self._copy_groups: dict[Any, Any] = shared.copy_groups
+        self._shapes = shared.shapes
+        self._hw: dict[Any, ReplicaHW] = shared.hw
+        self._engines: dict[Any, tuple] = shared.engines
+        self._dense: dict[Any, tuple] = shared.dense
+        self._group_mem: dict[Any, tuple] = shared.group_mem
+        self._gpus: tuple[tuple[str, float], ...] = shared.gpus
+        self._makespan: dict[Any, Any] = shared.makespan
+        self._symmetry = shared.symmetry
+        self._hw_by_nodes: dict[tuple[int, ...], ReplicaHW] = shared.hw_by_nodes
+        self._slot_rows: dict[Any, np.ndarray] = shared.slot_rows
         #: entries of each of _dense, _group_mem and _makespan before it starts afresh (an
         #: entry holds at most about 16 arrays over the devices: ~100 MB at most)
         self._shared_entries = max(1000, 100_000_000 // (128 * cluster.num_devices))
