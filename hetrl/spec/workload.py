@@ -18,8 +18,8 @@ PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZERS = ("adam", "adamw")
 #: What a padded micro-batch pads its sequences to (``remove_padding: false``).
 PAD_TO = ("longest", "max")
-#: Version 2 added ``recompute_logprobs``; a version-1 file (or trace) means false: the task set
-#: it was written with.
+#: Version 2 added ``recompute_logprobs`` and ``backends``; a version-1 file (or trace) that
+#: omits them means what it was written with: no recomputation, Megatron layouts only.
 SCHEMA_VERSION = 2
 #: Training backends a workload may let the search use (hetrl.plan.BACKENDS).
 SEARCH_BACKENDS = ("megatron", "fsdp")
