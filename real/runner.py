@@ -408,7 +408,8 @@ class RealRun:
             p = self.plan.placement(task)
             role_keys = ("ref_logp", "advantages") if task == "actor_training" else (
                 "returns", "old_values")
-            role_keys += tuple(k for k in ("old_logp",) if k in extras and task == "actor_training")
+            if task == "actor_training" and "old_logp" in extras:
+                role_keys += ("old_logp",)
             total = float(batch.response_mask.sum()) or 1.0
             for r, idx in enumerate(self._split(task, batch.input_ids.shape[0])):
                 micro = [(batch.select(c), {k: extras[k][c] for k in role_keys})

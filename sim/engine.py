@@ -33,6 +33,7 @@ import numpy as np
 import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
+from hetrl.cost.fsdp import offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_pulls
@@ -317,8 +318,7 @@ class Simulation:
         shape = self.model.shapes(p.task, p)[0]
         value = wl.bytes_per_value
         ring_bytes = shape.params * (2 * value + self.params.grad_bytes if train else value)
-        members = sorted((r[0][0] for r in p.devices),
-                         key=lambda d: (int(self.cluster.topology.node_of[d]), d))
+        members = self.dp_ring(p)
         ops = self.ops[p.task]
         for step in range(steps):
             micro = batches.split_replicas(
@@ -334,9 +334,12 @@ class Simulation:
             if train:
                 yield from self.optimizer_step(p, it)
             if p.offload:
-                per_param = value + (self.params.optimizer_state_bytes if train else 0)
-                yield self.env.timeout(2 * shape.params * per_param / p.dp
-                                       / (self.params.host_link_GBps * 1e9))
+                yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
+
+    def dp_ring(self, p: TaskPlacement) -> list[int]:
+        """An FSDP placement's ranks (each replica's one device) in ring order, node by node."""
+        node = self.cluster.topology.node_of
+        return sorted((r[0][0] for r in p.devices), key=lambda d: (int(node[d]), d))
 
     def fsdp_micro(self, p: TaskPlacement, i: int, mb: np.ndarray, lengths: np.ndarray, ops,
                    train: bool, it: int, batching: int | Batching):
@@ -404,9 +407,8 @@ class Simulation:
         train = self.placements["actor_training"]
         if train.backend == "fsdp" and train.dp > 1:  # the shards gathered into full copies
             shape = self.model.shapes(train.task, train)[0]
-            members = sorted((r[0][0] for r in train.devices),
-                             key=lambda d: (int(self.cluster.topology.node_of[d]), d))
-            yield self.env.process(self.ring(members, shape.params * self.workload.bytes_per_value))
+            yield self.env.process(self.ring(self.dp_ring(train),
+                                             shape.params * self.workload.bytes_per_value))
         procs = [self.env.process(self.move(src, dst, b, "weight_sync", it, "weights"))
                  for src, dst, b in self.pulls]
         if self.local_copies:

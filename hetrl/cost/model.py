@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -769,9 +769,8 @@ class CostModel:
             once, opt_s = self._dp_and_optimizer(p, shapes)  # reduce-scatter + one all-gather
             gather, _ = topology_memoised(
                 self.cluster, "fsdp_gather", (p.devices, shapes, self.params),
-                lambda: _dp_and_optimizer(self.cluster, p, shapes,
-                                          replace(self.params, grad_bytes=0),
-                                          self.workload.bytes_per_value))
+                lambda: _dp_and_optimizer(self.cluster, p, shapes, self.params,
+                                          self.workload.bytes_per_value, grad_bytes=0.0))
             out = self._tasklevel[key] = ((once, gather), opt_s)
         return out
 
@@ -967,10 +966,12 @@ class CostModel:
 
 
 def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[StageShape, ...],
-                      params: CostParams, bytes_per_value: int) -> tuple[float, float]:
+                      params: CostParams, bytes_per_value: int,
+                      grad_bytes: float | None = None) -> tuple[float, float]:
     """(DP gradient sync, optimizer step) seconds per optimizer step of a training task on
     ``p``'s grid: see :meth:`CostModel._dp_and_optimizer` and
-    :func:`hetrl.cost.kernels.dp_optimizer_seconds`."""
+    :func:`hetrl.cost.kernels.dp_optimizer_seconds`. ``grad_bytes`` per parameter reduced
+    (default ``params.grad_bytes``; 0: the weights' all-gather alone, as FSDP's second one)."""
     topo = cluster.topology
     hbm_eff, link_eff = topology_memoised(
         cluster, "dp_efficiency", params, lambda: (device_efficiency(cluster, params, "hbm"),
@@ -982,7 +983,8 @@ def _dp_and_optimizer(cluster: ClusterSpec, p: TaskPlacement, shapes: tuple[Stag
         stage_params = _STAGE_PARAMS[shapes] = np.array([sh.params for sh in shapes], dtype=float)
         stage_params.setflags(write=False)
     dp_s, opt_s = dp_optimizer_seconds(
-        _grid_array(p), stage_params, float(params.grad_bytes), float(bytes_per_value),
+        _grid_array(p), stage_params,
+        float(params.grad_bytes if grad_bytes is None else grad_bytes), float(bytes_per_value),
         float(params.optimizer_step_hbm_bytes), topo.hbm_Bps, hbm_eff, link_eff, topo.latency_s,
         topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
     return float(dp_s), float(opt_s)

@@ -55,6 +55,10 @@ def _megatron(options: list[Layout]) -> list[Layout]:
     return [x for x in options if len(x) == 3] or options
 
 
+def _middle(options: list[Layout]) -> Layout:
+    return options[len(options) // 2]
+
+
 def pool_plan(workload: WorkloadSpec, pools: list[tuple[tuple[str, ...], tuple[int, ...]]],
               lay: dict[str, Layout]) -> Plan:
     """Tasks in pools (task names, devices), each task using its pool with layout ``lay``."""
@@ -177,7 +181,7 @@ class _VerlBase(Scheduler):
             return False
         # start in the middle of the Megatron layouts, as before FSDP joined them (the FSDP
         # variants, appended, are reached by the descent)
-        choice = {m: _megatron(opts)[len(_megatron(opts)) // 2] for m, (_, opts) in options.items()}
+        choice = {m: _middle(_megatron(opts)) for m, (_, opts) in options.items()}
         rollout = options.get("rollout", options.get("actor"))[1]
         if start >= len(rollout):
             return False
