@@ -18,9 +18,7 @@ workers (``fsdp_workers.py``: param_offload, optimizer_offload, reshard_after_fo
 
 from __future__ import annotations
 
-import math
-
-from hetrl.cost.batching import Batching, memory_tokens, micro_count
+from hetrl.cost.batching import Batching, memory_tokens
 from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.params import CostParams
@@ -71,15 +69,6 @@ def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: fl
     step and the host round trip of offloaded shards."""
     exposed = max(0.0, micro_batches * comm_per_micro_s - compute_s)
     return compute_s + exposed + optimizer_s + offload_s, exposed
-
-
-def micro_batches(n: float, mbs: int | Batching, seq_mean: float = 0.0, load: float = 1.0) -> int:
-    """Micro-batches of ``mbs`` sequences for ``n`` sequences (at least one); with a
-    :class:`~hetrl.cost.batching.Batching`, its count for ``n`` sequences of ``seq_mean`` tokens
-    at ``load``."""
-    if isinstance(mbs, int):
-        return max(1, math.ceil(n / mbs - 1e-9))
-    return micro_count(n, mbs, seq_mean, load)[0]
 
 
 def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -> float:

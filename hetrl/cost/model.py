@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.cost.batching import Batching, micro_batcher, micro_batching
+from hetrl.cost.batching import Batching, micro_batcher, micro_batching, micro_count
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
-from hetrl.cost.fsdp import fsdp_memory_bytes, fsdp_step_seconds, micro_batches, offload_seconds
+from hetrl.cost.fsdp import fsdp_memory_bytes, fsdp_step_seconds, offload_seconds
 from hetrl.cost.kernels import (
     dp_link_table,
     dp_optimizer_seconds,
@@ -708,7 +708,7 @@ class CostModel:
         if p.backend == "fsdp":
             n = samples * max(p.data_shares) / steps
             mbs = self._batching[kind]
-            micro = micro_batches(n, mbs, self.L.seq_mean, straggler_load(n, p.dp, self.L, group))
+            micro, _ = micro_count(n, mbs, self.L.seq_mean, straggler_load(n, p.dp, self.L, group))
             comm_s, opt_s = self._fsdp_comm_and_optimizer(p, shapes)
             if kind != "training":
                 comm_s, opt_s = comm_s[1], 0.0  # one all-gather of the weights per micro-batch

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.cost.batching import Batching, micro_batcher
+from hetrl.cost.batching import Batching, micro_batcher, micro_count
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
@@ -277,12 +277,6 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
 
 # --- inference and training --------------------------------------------------------------------
 
-def _micro(n: float, mbs: int) -> tuple[int, float]:
-    """Micro-batch count and sequences per micro-batch for ``n`` sequences (fractional shares)."""
-    count = max(1, math.ceil(n / mbs - 1e-9))
-    return count, n / count
-
-
 def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
                   params: CostParams, kind: str, flops_mult: float, tp_allreduces: int
                   ) -> tuple[list[tuple], list[tuple[float, float, float]], int, int]:
@@ -374,7 +368,7 @@ class _ForwardEngine:
         if n <= 0:
             return ReplicaCost(0.0, _parts())
         if self.batcher is None:
-            m, seqs = _micro(n, self.mbs)
+            m, seqs = micro_count(n, self.mbs, self.L.seq_mean)
             seqs, mean, sq = seqs * load, self.L.seq_mean, self.L.seq_sq_mean
         else:
             m, seqs, mean, sq = self.batcher.split(n, load)
