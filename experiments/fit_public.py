@@ -2,14 +2,18 @@
 
     PYTHONPATH=. python experiments/fit_public.py [--json] [--out PARAMS.yaml]
 
-Each efficiency is fitted on the rows that measure its kernels (the measurements file's "How to
-use", step 4): ``train_flops`` on the training rows (T1-T4), ``infer_flops`` on the prefill row
-(F1), ``decode_hbm`` on the generation rows (G1-G4). The residuals are ln(estimate / measured)
-of those rows' primary comparisons, minimised together by ``scipy.optimize.least_squares`` in
-log space within [0.05, 1] (a generation row's prefill also depends on ``infer_flops``). The
-holdout rows (S1-S14, W1, W2) never enter the fit: their error is what the fit generalises to.
-The fitted values replace the kinds' defaults; a ``per_gpu`` entry of the base params would
-still override them.
+Each constant is fitted on the rows that measure it (the measurements file's "How to use",
+step 4): ``train_flops`` on the training rows (T1-T4), ``infer_flops`` on the prefill row (F1),
+``decode_hbm`` on the generation rows (G1-G4), and ``flops_half_hidden``, the size curve's
+half-saturation hidden size, on the training and prefill rows. The H200 kernel runs of
+experiments/results/gpu-h200 (training and inference forwards of Qwen3-4B and Qwen3-8B on one
+GPU) join the fit as rows of their own: their matmul FLOPs at the fitted efficiency against the
+measured seconds. (Their decode rows are not used: a Hugging Face decode loop, not a serving
+engine.) The residuals are ln(estimate / measured), minimised together by
+``scipy.optimize.least_squares`` in log space within bounds (a generation row's prefill also
+depends on ``infer_flops``). The holdout rows (S1-S14, W1, W2) never enter the fit: their error
+is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
+the base params would still override them.
 """
 
 from __future__ import annotations
@@ -28,35 +32,78 @@ from scipy.optimize import least_squares
 
 from experiments.validate_public import load_rows, summary, validate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.spec.model import model_preset
 
-#: efficiency kind -> the fit rows that measure it
-FITTED = {"train_flops": ("T1", "T2", "T3", "T4"), "infer_flops": ("F1",),
-          "decode_hbm": ("G1", "G2", "G3", "G4")}
-BOUNDS = (0.05, 1.0)
+#: constant -> the fit rows that measure it ("H200" : the gpu-h200 kernel runs)
+FITTED = {"train_flops": ("T1", "T2", "T3", "T4", "H200"), "infer_flops": ("F1", "H200"),
+          "decode_hbm": ("G1", "G2", "G3", "G4"),
+          "flops_half_hidden": ("T1", "T2", "T3", "T4", "F1", "H200")}
+#: bounds of each constant in the fit
+BOUNDS = {"train_flops": (0.05, 1.0), "infer_flops": (0.05, 1.0), "decode_hbm": (0.05, 1.0),
+          "flops_half_hidden": (100.0, 50_000.0)}
+#: the H200 kernel runs (JSON files under experiments/results/gpu-h200)
+KERNEL_RUNS = ("kernels.json", "kernels-qwen3-4b.json", "kernels-qwen3-8b-seq2048.json")
+KERNEL_DIR = Path(__file__).resolve().parent / "results" / "gpu-h200"
 
 
 def _with(params: CostParams, values: Sequence[float]) -> CostParams:
+    values = dict(zip(FITTED, (float(v) for v in values), strict=True))
     defaults = dict(params.defaults)
-    defaults.update(zip(FITTED, (float(v) for v in values), strict=True))
-    return replace(params, defaults=tuple(defaults.items()))
+    defaults.update({k: v for k, v in values.items() if k in defaults})
+    return replace(params, defaults=tuple(defaults.items()),
+                   flops_half_hidden=values["flops_half_hidden"])
+
+
+def _start(params: CostParams) -> list[float]:
+    return [params.flops_half_hidden if k == "flops_half_hidden" else params.efficiency("", k)
+            for k in FITTED]
+
+
+def kernel_rows(directory: Path = KERNEL_DIR) -> list[dict]:
+    """The H200 runs' training and inference forwards: per row the GPU type, the kernel kind,
+    the model's hidden size, its FLOPs and the measured seconds."""
+    rows = []
+    for name in KERNEL_RUNS:
+        run = json.loads((directory / name).read_text())
+        hidden = model_preset(run["model"]).hidden
+        for kind in ("train_flops", "infer_flops"):
+            r = run["rows"][kind]
+            rows.append({"id": f"H200 {run['model']} {kind} {r['batch']}x{r['seq']}",
+                         "gpu": run["gpu_type"], "kind": kind, "hidden": hidden,
+                         "flops": r["flops"], "peak": run["bf16_tflops"] * 1e12,
+                         "measured_s": r["measured_s"]})
+    return rows
+
+
+def kernel_log_ratios(params: CostParams, rows: list[dict]) -> np.ndarray:
+    """ln(estimate / measured) of kernel rows: FLOPs / (peak x the sized efficiency)."""
+    return np.array([math.log(r["flops"] / (r["peak"] * params.flops_efficiency(
+        r["gpu"], r["kind"], r["hidden"])) / r["measured_s"]) for r in rows])
 
 
 def fit(params: CostParams = DEFAULT_PARAMS) -> tuple[CostParams, dict]:
-    """(fitted params, a report of the fit): least squares over the fit rows of each kind."""
-    rows = [r for r in load_rows() if any(r.id in ids for ids in FITTED.values())]
-    start = np.log([params.efficiency("", k) for k in FITTED])
+    """(fitted params, a report of the fit): least squares over the fit rows and kernel runs."""
+    ids = {i for rows in FITTED.values() for i in rows}
+    rows = [r for r in load_rows() if r.id in ids]
+    kernels = kernel_rows()
+    start = np.log(_start(params))
+    lo, hi = np.log([BOUNDS[k][0] for k in FITTED]), np.log([BOUNDS[k][1] for k in FITTED])
 
     def residuals(logs: np.ndarray) -> np.ndarray:
-        df = validate(_with(params, np.exp(logs)), rows)
+        moved = _with(params, np.exp(logs))
+        df = validate(moved, rows)
         primary = df[df["primary"].astype(bool) & (df["status"] == "estimated")]
-        return np.log(primary["ratio"].to_numpy(dtype=float))
+        return np.concatenate([np.log(primary["ratio"].to_numpy(dtype=float)),
+                               kernel_log_ratios(moved, kernels)])
 
-    res = least_squares(residuals, start, bounds=(np.log(BOUNDS[0]), np.log(BOUNDS[1])),
-                        method="trf", diff_step=1e-3)
+    res = least_squares(residuals, start, bounds=(lo, hi), method="trf", diff_step=1e-3)
     fitted = _with(params, np.exp(res.x))
     report = {"fitted": {k: float(v) for k, v in zip(FITTED, np.exp(res.x), strict=True)},
               "start": {k: float(v) for k, v in zip(FITTED, np.exp(start), strict=True)},
               "rows": {k: list(v) for k, v in FITTED.items()},
+              "kernel_rows": {r["id"]: {"before": float(b), "after": float(a)} for r, b, a in
+                              zip(kernels, kernel_log_ratios(params, kernels),
+                                  kernel_log_ratios(fitted, kernels), strict=True)},
               "rms_log_before": float(np.sqrt(np.mean(residuals(start) ** 2))),
               "rms_log_after": float(np.sqrt(np.mean(res.fun ** 2))),
               "converged": bool(res.success)}
@@ -78,13 +125,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "after": after["within_band_share"]}
     if args.out:
         tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(yaml.safe_dump({"defaults": report["fitted"]}, sort_keys=False))
+        values = dict(report["fitted"])
+        half = values.pop("flops_half_hidden")
+        tmp.write_text(yaml.safe_dump({"defaults": values, "flops_half_hidden": half},
+                                      sort_keys=False))
         tmp.replace(args.out)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     for k, v in report["fitted"].items():
-        print(f"{k:12s} {report['start'][k]:.3f} -> {v:.3f}   (rows {', '.join(FITTED[k])})")
+        print(f"{k:17s} {report['start'][k]:.3f} -> {v:.3f}   (rows {', '.join(FITTED[k])})")
+    for name, r in report["kernel_rows"].items():
+        print(f"  {name:40s} ln(est/meas) {r['before']:+.3f} -> {r['after']:+.3f}")
     print(f"rms ln(est/meas) on the fitted rows: {report['rms_log_before']:.3f} -> "
           f"{report['rms_log_after']:.3f}")
     for split in ("fit", "holdout"):

@@ -6,7 +6,8 @@ A real-size model (a ``hetrl`` model preset, random weights, bf16, SDPA attentio
 transformers on one device; each figure is the shortest of timed repetitions
 (:func:`real.profile.best_seconds`), set against the catalog peak of the GPU type
 (:func:`real.gpu_smoke.catalog_gpu`, or ``--gpu-type``) and the default efficiency factor
-(:data:`hetrl.cost.params.KERNEL_KINDS`):
+(:data:`hetrl.cost.params.KERNEL_KINDS`; for the matmul kinds at the model's hidden size,
+``CostParams.flops_efficiency``):
 
 - ``matmul``: an n x n bf16 matmul (``real.profile.measure_matmul_tflops``) / ``bf16_tflops``;
 - ``hbm``: copy bandwidth, bytes read + written (``real.profile.measure_copy_gbps``) /
@@ -131,7 +132,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
     from transformers import DynamicCache
 
     from hetrl.cost.flops import StageShape
-    from hetrl.cost.params import KERNEL_KINDS
+    from hetrl.cost.params import DEFAULT_PARAMS, KERNEL_KINDS
     from real.model import CACHE_KWARG, TinyModelSpec, build_causal_lm
     from real.profile import best_seconds, device_sync, measure_copy_gbps, measure_matmul_tflops
 
@@ -197,7 +198,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
         s = best_seconds(step, args.budget, sync)
         return {"batch": args.batch, "seq": args.seq,
                 **_row(s, flops(args.batch, args.seq, 3.0), "flops", peak_flops,
-                       KERNEL_KINDS["train_flops"])}
+                       DEFAULT_PARAMS.flops_efficiency(gpu.name, "train_flops", shape.hidden))}
 
     def infer() -> dict[str, Any]:
         ids = tokens(args.infer_batch, args.seq)
@@ -210,7 +211,7 @@ def measure(args: argparse.Namespace, torch: Any, shape: Any, gpu: Any) -> dict[
         s = best_seconds(forward, args.budget, sync)
         return {"batch": args.infer_batch, "seq": args.seq,
                 **_row(s, flops(args.infer_batch, args.seq, 1.0), "flops", peak_flops,
-                       KERNEL_KINDS["infer_flops"])}
+                       DEFAULT_PARAMS.flops_efficiency(gpu.name, "infer_flops", shape.hidden))}
 
     def decode() -> dict[str, Any]:
         model.eval()

@@ -87,7 +87,7 @@ class Simulation:
         self.first_iteration = first_iteration
         self.placements = {p.task: p for p in plan.placements}
         self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params,
-                                        workload.gen_cuda_graphs)
+                                        workload.gen_cuda_graphs, workload.tp_comm_overlap)
                              for r in p.devices] for p in plan.placements}
         kv = self.model.kv_budgets(plan)
         gen = self.placements["actor_generation"]
@@ -236,21 +236,34 @@ class Simulation:
             micro = batches.split_replicas(
                 [np.array_split(np.arange(int(bounds[i]), int(bounds[i + 1])), steps)[step]
                  for i in range(p.dp)], lengths, batching)
-            procs = [self.env.process(self.pipeline(p, i, micro[i], lengths, kind, batch.iteration))
+            # with overlap_grad_reduce, each stage's DP sync starts as soon as every replica
+            # has begun that stage's last backward (Megatron's --overlap-grad-reduce)
+            overlap = kind == "training" and wl.overlap_grad_reduce
+            ready = [[self.env.event() for _ in range(p.pp)] for _ in range(p.dp)] \
+                if overlap else None
+            procs = [self.env.process(self.pipeline(p, i, micro[i], lengths, kind, batch.iteration,
+                                                    ready[i] if ready else None))
                      for i in range(p.dp)]
+            if overlap:
+                procs.append(self.env.process(self.gradient_sync(p, batch.iteration, ready)))
             yield simpy.AllOf(self.env, procs)
             if kind == "training":
-                yield from self.gradient_sync(p, batch.iteration)
+                if not overlap:
+                    yield from self.gradient_sync(p, batch.iteration)
                 yield from self.optimizer_step(p, batch.iteration)
 
     def pipeline(self, p: TaskPlacement, i: int, micro: list[np.ndarray], lengths: np.ndarray,
-                 kind: str, it: int):
-        """Micro-batches through the stages of replica i: forward only (inference) or 1F1B."""
+                 kind: str, it: int, last_backward: list[simpy.Event] | None = None):
+        """Micro-batches through the stages of replica i: forward only (inference) or 1F1B.
+        ``last_backward``: per stage, an event to fire when the stage begins its last backward
+        (at once when the replica has no micro-batch)."""
         ops = self.ops[p.task][i]
         replica = p.devices[i]
         pp = p.pp
         m = len(micro)
         if m == 0:
+            for event in last_backward or ():
+                event.succeed()
             return
         tok, sq = batches.costed(micro, lengths, micro_batching(self.workload, kind))
         act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
@@ -287,6 +300,8 @@ class Simulation:
                     yield grad[mb][j]
                 start = self.env.now
                 first = start if first is None else first
+                if op == "B" and mb == m - 1 and last_backward is not None:
+                    last_backward[j].succeed()
                 if op == "F":
                     dur = ops.forward(j, tok[mb], sq[mb], "train" if train else "infer")
                 else:
@@ -355,9 +370,11 @@ class Simulation:
         self.span("forward" if not train else "forward+backward", "tasklet", p.task, it, start,
                   devs, replica=i, stage=0)
 
-    def gradient_sync(self, p: TaskPlacement, it: int):
+    def gradient_sync(self, p: TaskPlacement, it: int,
+                      ready: list[list[simpy.Event]] | None = None):
         """Reduce-scatter of gradients and all-gather of parameters in every DP group, as ring
-        steps of flows over the network (all groups at once)."""
+        steps of flows over the network (all groups at once; with ``ready``, per replica and
+        stage an event, each stage's rings once all replicas' events of that stage fired)."""
         if p.dp == 1:
             return
         shapes = self.model.shapes(p.task, p)
@@ -371,13 +388,18 @@ class Simulation:
             for ring in rings:
                 by_nodes.setdefault(tuple(int(topo.node_of[d]) for d in ring), []).append(ring)
             for same in by_nodes.values():
-                groups.append((same[0], nbytes, len(same)))
+                groups.append((j, same[0], nbytes, len(same)))
+
+        def stage_ring(j: int, members: list[int], nbytes: float, weight: int):
+            if ready is not None:
+                yield simpy.AllOf(self.env, [ready[r][j] for r in range(p.dp)])
+            yield from self.ring(members, nbytes, weight)
+
         start = self.env.now
-        yield simpy.AllOf(self.env, [self.env.process(self.ring(members, nbytes, weight))
-                                     for members, nbytes, weight in groups])
+        yield simpy.AllOf(self.env, [self.env.process(stage_ring(*group)) for group in groups])
         self.span("gradient sync", "collective", p.task, it, start,
                   sorted({d for r in range(p.dp) for stage in p.devices[r] for d in stage}),
-                  sum(b * w for _, b, w in groups))
+                  sum(b * w for _, _, b, w in groups))
 
     def ring(self, members: list[int], nbytes: float, weight: int = 1):
         """(n - 1) steps each moving nbytes / n from every member to the next in the ring --

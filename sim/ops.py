@@ -47,8 +47,10 @@ class StageSpeed:
 
     @classmethod
     def of(cls, shape: StageShape, hw: StageHW, params: CostParams) -> StageSpeed:
-        e = params.efficiency
-        return cls(shape, hw, hw.flops * e(hw.gpu, "infer_flops"), hw.flops * e(hw.gpu, "train_flops"),
+        e, sized = params.efficiency, params.flops_efficiency
+        h = shape.model.hidden
+        return cls(shape, hw, hw.flops * sized(hw.gpu, "infer_flops", h),
+                   hw.flops * sized(hw.gpu, "train_flops", h),
                    hw.flops * e(hw.gpu, "decode_flops"), hw.hbm_Bps * e(hw.gpu, "hbm"),
                    hw.hbm_Bps * e(hw.gpu, "decode_hbm"), e(hw.gpu, "link"))
 
@@ -60,7 +62,7 @@ class ReplicaOps:
     """Step durations of one replica (stages in order)."""
 
     def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, params: CostParams,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, tp_overlap: bool = False):
         self.stages = [StageSpeed.of(s, h, params) for s, h in zip(shapes, hw.stages, strict=True)]
         self.boundaries = hw.boundaries
         self.params = params
@@ -68,6 +70,8 @@ class ReplicaOps:
         self.h = shapes[0].model.hidden
         self.bpv = shapes[0].bytes_per_value
         self.tp = shapes[0].tp
+        #: training's TP collectives pipelined with its GEMMs (Megatron's --tp-comm-overlap)
+        self.tp_overlap = tp_overlap
         self._tp_decode: dict[int, float] = {}
 
     # --- generation ---
@@ -123,8 +127,9 @@ class ReplicaOps:
         s = st.shape
         fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
         peak = st.flops_infer if kind == "infer" else st.flops_train
-        return max(fl / peak, s.weight_bytes / st.hbm) + 2 * s.layers * st.tp_allreduce(
-            tokens * self.h * self.bpv)
+        return self._with_tp(max(fl / peak, s.weight_bytes / st.hbm),
+                             2 * s.layers * st.tp_allreduce(tokens * self.h * self.bpv),
+                             kind == "train")
 
     def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool) -> float:
         """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with recomputation)
@@ -133,8 +138,13 @@ class ReplicaOps:
         s = st.shape
         fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
         mult, ars = (3.0, 4) if recompute else (2.0, 2)
-        return max(mult * fl / st.flops_train, s.weight_bytes / st.hbm) + ars * s.layers * st.tp_allreduce(
-            tokens * self.h * self.bpv)
+        return self._with_tp(max(mult * fl / st.flops_train, s.weight_bytes / st.hbm),
+                             ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True)
+
+    def _with_tp(self, work: float, tp: float, training: bool) -> float:
+        """An op's compute (or weight reads) and its TP collectives: one after the other, or
+        pipelined (the longer of the two) in training with ``tp_overlap``."""
+        return max(work, tp) if training and self.tp_overlap else work + tp
 
     def boundary_bytes(self, tokens: float) -> float:
         """Bytes each tp rank sends to its peer in the next stage for ``tokens`` tokens."""

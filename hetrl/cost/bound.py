@@ -74,6 +74,7 @@ class TaskWork:
     kind: str  # generation, inference, training
     stage: int
     by_kind: tuple[tuple[str, float], ...]  # (efficiency kind, FLOPs)
+    hidden: int  # the model's hidden size (the efficiency of sized kinds depends on it)
 
     @property
     def flops(self) -> float:
@@ -104,7 +105,7 @@ def task_work(workload: WorkloadSpec) -> list[TaskWork]:
                 by_kind = (("train_flops", (4.0 if workload.recompute else 3.0) * forward),)
             else:
                 by_kind = (("infer_flops", forward),)
-        out.append(TaskWork(t.name, t.kind, t.stage, by_kind))
+        out.append(TaskWork(t.name, t.kind, t.stage, by_kind, shape.model.hidden))
     return out
 
 
@@ -126,13 +127,13 @@ def model_bound(workload: WorkloadSpec, cluster: ClusterSpec,
     topo = cluster.topology
     types = {d.gpu.name for d in cluster.devices}
 
-    def best(kind: str) -> float:
-        return max(params.efficiency(g, kind) for g in types)
+    def best(kind: str, hidden: int = 0) -> float:
+        return max(params.flops_efficiency(g, kind, hidden) for g in types)
 
     peak = float(topo.flops.sum())
     work = task_work(workload)
     # per task: its FLOPs at the best efficiency of each kind, on all GPUs at once
-    seconds = {w.name: sum(f / best(k) for k, f in w.by_kind) / peak for w in work}
+    seconds = {w.name: sum(f / best(k, w.hidden) for k, f in w.by_kind) / peak for w in work}
     stages: list[list[TaskWork]] = [[w for w in work if w.stage == s] for s in (0, 1, 2)]
 
     def stage_s(tasks: list[TaskWork]) -> float:

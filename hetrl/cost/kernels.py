@@ -383,7 +383,8 @@ FORWARD_STAGE = ("matmul_flops_per_token", "attn_flops_per_token_ctx", "flops_pe
 @compiled
 def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, m: int,
                             seq_mean: float, seq_sq_mean: float, hidden: int, value_bytes: int,
-                            flops_mult: float, backward: bool, fill_all: bool
+                            flops_mult: float, backward: bool, fill_all: bool,
+                            tp_overlap: bool = False
                             ) -> tuple[float, float, float, float, float, float]:
     """One replica's ``m`` micro-batches of ``seqs`` sequences, pipelined over its stages.
 
@@ -394,7 +395,9 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
     x ``value_bytes``), plus the send of its activations over its outgoing boundary (``sends``
     rows: latency s, bandwidth bytes/s, link efficiency) and, with ``backward``, of the
     activation gradient back over its incoming one (a boundary is paid once in each direction,
-    by the stage that sends). ``fill_all`` (inference): the sum of
+    by the stage that sends). ``tp_overlap`` (Megatron's ``--tp-comm-overlap``): the TP
+    collectives are pipelined with the GEMMs, so a stage takes max(compute or weight reads, TP)
+    and only TP's excess is reported as TP. ``fill_all`` (inference): the sum of
     the stages plus (m - 1) x the slowest; else (1F1B training) (m + pp - 1) x the slowest.
     Returns (seconds, and the slowest stage's compute, HBM, TP and send seconds x m, bubble)."""
     pp = stages.shape[0]
@@ -415,6 +418,8 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
         mem = hb if hb > c else 0.0
         tp = st[4] * all_reduce_seconds(int(st[6]), st[7], st[8], int(st[9]), int(st[10]),
                                         st[11], st[12], st[13], st[14], st[15], msg, st[5])
+        if tp_overlap:
+            tp = max(0.0, tp - comp - mem)
         out = send[j] if j < n_sends else 0.0
         back = send[j - 1] if backward and j > 0 else 0.0
         bnd = out + back

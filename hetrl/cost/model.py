@@ -41,6 +41,7 @@ from hetrl.cost.sync import weight_sync_time
 from hetrl.cost.tasks import (
     PARTS,
     ReplicaCost,
+    exposed_grad_sync,
     forward_engine,
     generation_engine,
 )
@@ -391,7 +392,7 @@ class CostModel:
                 engine = generation_engine(shapes, hw, self.L, self.params, wl.gen_cuda_graphs)
             else:
                 engine = forward_engine(kind, shapes, hw, self.L, self.params,
-                                        self._batching[kind], wl.recompute)
+                                        self._batching[kind], wl.recompute, wl.tp_comm_overlap)
             if len(self._engines) >= 100_000:
                 self._engines.clear()
             out = self._engines[key] = (shapes, hw, engine)
@@ -723,6 +724,12 @@ class CostModel:
             seconds = step_s * steps
         elif kind == "training":
             dp_s, opt_s = self._dp_and_optimizer(p, shapes)
+            if self.workload.overlap_grad_reduce and dp_s > 0:
+                n = samples * max(p.data_shares) / steps
+                micro, _ = micro_count(n, self._batching[kind], self.L.seq_mean,
+                                       straggler_load(n, p.dp, self.L, group))
+                work = (worst.parts["compute"] + worst.parts["hbm"]) / max(micro, 1)
+                dp_s = exposed_grad_sync(dp_s, work, 4.0 if self.workload.recompute else 3.0)
             parts["dp"] += dp_s * steps
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps

@@ -18,22 +18,28 @@ from hetrl.errors import SpecError, require
 
 #: Kernel kinds with an efficiency factor, and the default achieved/peak of each.
 KERNEL_KINDS: dict[str, float] = {
-    # Training forward+backward matmuls, kernel-level: collectives, bubble and the optimizer are
-    # priced on their own, never folded in. Megatron's end-to-end MFU is 40-48% on large
-    # models; smaller models, RL-sized sequences and mixed GPU generations do worse: 0.40.
-    "train_flops": 0.40,
-    # Inference forward passes and prefill: larger kernels without a backward: 0.50.
-    "infer_flops": 0.50,
+    # Training forward+backward matmuls at hidden size 4096 (flops_half_hidden scales it),
+    # kernel-level: collectives, bubble and the optimizer are priced on their own, never folded
+    # in. Fitted (experiments/fit_public.py, docs/validation.md) on Megatron-LM's and
+    # torchtitan's training rows and the H200 kernel runs: 0.439, rounded.
+    "train_flops": 0.44,
+    # Inference forwards and prefill at hidden size 4096, fitted the same way on TensorRT-LLM's
+    # prefill row and the H200 kernel runs: 0.526, rounded.
+    "infer_flops": 0.53,
     # Decode-step matmuls at small batch sizes: 0.40 of peak when they are compute-bound.
     "decode_flops": 0.40,
-    # HBM streaming during decode (weights + KV cache): public reports see ~77% of the roofline
-    # for single-stream decode; paged attention and sampling cost some: 0.70.
-    "decode_hbm": 0.70,
+    # HBM streaming during decode (weights + KV cache): fitted on the public set's generation
+    # rows (TensorRT-LLM, SGLang; fit_public.py): 0.804, rounded; public reports see ~77% of
+    # the roofline for single-stream decode.
+    "decode_hbm": 0.80,
     # Other HBM-bound kernels (optimizer step, weight reads of inference micro-batches): 0.80.
     "hbm": 0.80,
     # Achieved fraction of a link's nominal bandwidth for bulk transfers and collectives: 0.80.
     "link": 0.80,
 }
+
+#: Kernel kinds whose efficiency depends on the model's hidden size (CostParams.flops_efficiency).
+SIZED_KINDS = ("train_flops", "infer_flops")
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,14 @@ class CostParams:
     # Host <-> GPU copies of offloaded FSDP shards, GB/s: PCIe Gen4 x16 is 32 GB/s per direction
     # in theory; pinned-memory copies reach ~25 (NVIDIA bandwidthTest on A100 hosts).
     host_link_GBps: float = 25.0
+    # Matmul efficiency grows with the GEMMs' inner dimension, the model's hidden size h, and
+    # saturates: the train_flops and infer_flops factors hold at flops_reference_hidden and scale
+    # by s(h) / s(reference), s(h) = h / (h + flops_half_hidden) (0: no size dependence). The
+    # H200 kernel runs (experiments/results/gpu-h200) measured 0.37 of peak training Qwen3-4B
+    # (h 2560) and 0.46 for Qwen3-8B (h 4096); fitted with the public set's fit rows by
+    # experiments/fit_public.py (docs/validation.md): 3152, rounded.
+    flops_half_hidden: float = 3150.0
+    flops_reference_hidden: int = 4096
     eta: float | None = None
 
     def __post_init__(self) -> None:
@@ -88,11 +102,13 @@ class CostParams:
                     "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
                     "activation_bytes_per_token_hidden", "host_link_GBps",
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes"):
+                    "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes"):
+                    "sync_bucket_bytes", "flops_half_hidden"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
+        require(self.flops_reference_hidden >= 1, "params.flops_reference_hidden",
+                self.flops_reference_hidden, "must be >= 1 (a hidden size)")
         require(self.host_link_GBps > 0, "params.host_link_GBps", self.host_link_GBps,
                 "must be > 0 GB/s")
         for key in ("grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
@@ -120,6 +136,17 @@ class CostParams:
             per, default = self._table
             value = self._memo[gpu, kind] = per.get((gpu, kind)) or default[kind]
             return value
+
+    def flops_efficiency(self, gpu: str, kind: str, hidden: int) -> float:
+        """Achieved / peak of kernel ``kind`` for a model of hidden size ``hidden`` on ``gpu``:
+        for the kinds in :data:`SIZED_KINDS` the kind's factor scaled by the saturating size
+        curve (see ``flops_half_hidden``), at most 1; other kinds as :meth:`efficiency`."""
+        if kind not in SIZED_KINDS:
+            return self.efficiency(gpu, kind)
+        h0 = self.flops_half_hidden
+        ref = self.flops_reference_hidden
+        scale = hidden * (ref + h0) / (ref * (hidden + h0))
+        return min(1.0, self.efficiency(gpu, kind) * scale)
 
     @cached_property
     def _memo(self) -> dict[tuple[str, str], float]:

@@ -84,10 +84,12 @@ class _GenerationEngine:
         self.shapes, self.hw, self.L, self.params = shapes, hw, L, params
         self.step_overhead_s = decode_step_overhead_s(shapes, params, cuda_graphs)
         eff = params.efficiency
+        hidden = shapes[0].model.hidden
         # prefill: the body's FLOPs per prompt token, the head's once per sequence
         self.stages = [(s.matmul_flops_per_token - s.head_flops_per_token,
                         s.head_flops_per_token, s.attn_flops_per_token_ctx,
-                        st.flops * eff(st.gpu, "infer_flops"), s.weight_bytes,
+                        st.flops * params.flops_efficiency(st.gpu, "infer_flops", hidden),
+                        s.weight_bytes,
                         st.hbm_Bps * eff(st.gpu, "hbm"), s.layers, st.tp, eff(st.gpu, "link"))
                        for s, st in zip(shapes, hw.stages, strict=True)]
         self.link_eff = eff(hw.stages[0].gpu, "link")
@@ -291,7 +293,7 @@ def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
         return out
     eff = params.efficiency
     stages = [(s.matmul_flops_per_token, s.attn_flops_per_token_ctx,
-               st.flops * eff(st.gpu, kind),
+               st.flops * params.flops_efficiency(st.gpu, kind, s.model.hidden),
                (1 if flops_mult == 1 else 2) * s.weight_bytes / (
                    st.hbm_Bps * eff(st.gpu, "hbm")),
                tp_allreduces * s.layers, st.tp, eff(st.gpu, "link"))
@@ -322,16 +324,28 @@ def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mb
     return forward_engine("training", shapes, hw, L, params, mbs, recompute).replica(n)
 
 
+def exposed_grad_sync(dp_s: float, micro_work_s: float, flops_mult: float) -> float:
+    """The seconds of a Megatron stage's DP gradient sync (reduce-scatter + parameter
+    all-gather, ``dp_s``) left after ``--overlap-grad-reduce`` hides it behind the stage's last
+    micro-batch's backward (``micro_work_s``: that micro-batch's forward+backward work,
+    ``flops_mult`` x a forward: the backward is (mult - 1) / mult of it). Gradient accumulation
+    syncs nothing before the last micro-batch; the all-gather's overlap with the next step's
+    first forward (``--overlap-param-gather``) is not counted."""
+    return max(0.0, dp_s - micro_work_s * (flops_mult - 1.0) / flops_mult)
+
+
 def forward_engine(kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
-                   params: CostParams, mbs: int | Batching, recompute: bool) -> _ForwardEngine:
+                   params: CostParams, mbs: int | Batching, recompute: bool,
+                   tp_overlap: bool = False) -> _ForwardEngine:
     """An inference (``kind`` "inference") or training replica's cost as a function of its
     sequence count, with the n-independent factors computed once (memoised). ``mbs``: sequences
     per micro-batch (padding removed), or a :class:`~hetrl.cost.batching.Batching` (a token
-    budget, padding kept)."""
-    key = ("fwd", kind, shapes, hw, L, params, mbs, recompute)
+    budget, padding kept). ``tp_overlap``: training's TP collectives pipelined with its GEMMs
+    (Megatron's ``--tp-comm-overlap``)."""
+    key = ("fwd", kind, shapes, hw, L, params, mbs, recompute, tp_overlap)
     out = _CONSTS.get(key)
     if out is None:
-        out = _ForwardEngine(kind, shapes, hw, L, params, mbs, recompute)
+        out = _ForwardEngine(kind, shapes, hw, L, params, mbs, recompute, tp_overlap)
         if len(_CONSTS) < 100_000:
             _CONSTS[key] = out
     return out
@@ -341,8 +355,10 @@ class _ForwardEngine:
     """:func:`inference_replica` / :func:`training_replica` for one layout and hardware."""
 
     def __init__(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
-                 L: LengthStats, params: CostParams, mbs: int | Batching, recompute: bool):
+                 L: LengthStats, params: CostParams, mbs: int | Batching, recompute: bool,
+                 tp_overlap: bool = False):
         self.training = kind == "training"
+        self.tp_overlap = self.training and tp_overlap
         if self.training:
             self.mult, self.allreduces = (4.0 if recompute else 3.0), (6 if recompute else 4)
             flops_kind = "train_flops"
@@ -374,7 +390,7 @@ class _ForwardEngine:
             m, seqs, mean, sq = self.batcher.split(n, load)
         total, compute, hbm, tp, pp, bubble = forward_replica_seconds(
             self.stages, self.sends, seqs, m, mean, sq, self.hidden,
-            self.value_bytes, self.mult, self.training, not self.training)
+            self.value_bytes, self.mult, self.training, not self.training, self.tp_overlap)
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0,
                                    "offload": 0.0})

@@ -55,6 +55,11 @@ class WorkloadSpec:
     The rollout engine as configured: ``gen_cuda_graphs`` (vLLM's default; false: an eager
     engine, ``enforce_eager``) and ``gen_gpu_memory_utilization`` (vLLM's share of each GPU for
     its weights and KV pool; null: the pool takes what other tasks leave).
+    Megatron training as configured: ``overlap_grad_reduce`` (Megatron's
+    ``--overlap-grad-reduce``: each stage's gradient reduce-scatter and parameter all-gather
+    start during its last micro-batch's backward) and ``tp_comm_overlap`` (``--tp-comm-overlap``:
+    tensor-parallel collectives pipelined with the GEMMs). Both default to false, Megatron's
+    defaults; an FSDP placement always overlaps its gathers (docs/cost-model.md).
     """
 
     name: str
@@ -82,6 +87,8 @@ class WorkloadSpec:
     backends: tuple[str, ...] = ("megatron",)
     gen_cuda_graphs: bool = True
     gen_gpu_memory_utilization: float | None = None
+    overlap_grad_reduce: bool = False
+    tp_comm_overlap: bool = False
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -97,7 +104,8 @@ class WorkloadSpec:
                 and len(set(self.backends)) == len(self.backends), "backends",
                 list(self.backends) if isinstance(self.backends, tuple) else self.backends,
                 f"must list megatron and optionally fsdp, each once (of {list(SEARCH_BACKENDS)})")
-        for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs"):
+        for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs", "overlap_grad_reduce",
+                    "tp_comm_overlap"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
         require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
@@ -225,6 +233,8 @@ class WorkloadSpec:
             "backends": list(self.backends),
             "gen_cuda_graphs": self.gen_cuda_graphs,
             "gen_gpu_memory_utilization": self.gen_gpu_memory_utilization,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "tp_comm_overlap": self.tp_comm_overlap,
         }
 
     @classmethod

@@ -2,7 +2,7 @@
 forms and brute force.
 
 Hardware and model as tests/cost/test_tasks.py: A100-80GB (312e12 FLOP/s, train_flops 0.4,
-infer_flops 0.5), Qwen3-8B (MATMUL dense FLOPs per token with the LM head, ATTN attention FLOPs per
+infer_flops 0.5: tests/hand_params.py), Qwen3-8B (MATMUL dense FLOPs per token with the LM head, ATTN attention FLOPs per
 token per context token). Lengths: a fixed 256-token prompt and a response uniform over 1..1024
 tokens, so the longest of k sequences is 256 + the longest of k uniform draws, whose mean is
 1024 - sum_{s=1}^{1023} (s / 1024)^k (P(max <= s) = (s / 1024)^k).
@@ -27,7 +27,6 @@ from hetrl.cost.flops import stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.memory import task_memory_bytes
 from hetrl.cost.model import CostModel
-from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.cost.replica import replica_hw
 from hetrl.cost.tasks import forward_engine
 from hetrl.errors import SpecError
@@ -38,6 +37,7 @@ from hetrl.spec.presets import WORKLOAD_PRESETS, workload_preset
 from hetrl.spec.workload import WorkloadSpec
 from tests.cost.plans import random_plans
 from tests.cost.test_tasks import ATTN, MATMUL, PEAK
+from tests.hand_params import HAND_PARAMS
 
 PROMPT = 256
 N = 1024  # responses uniform over 1..N
@@ -103,7 +103,7 @@ def test_padding_a_wide_distribution_costs_the_longest_over_the_mean(a100x8):
 
     def seconds(**kw):
         wl = wide(micro_batch_size=8, **kw)
-        engine = forward_engine("training", shapes, hw, length_stats(wl), DEFAULT_PARAMS,
+        engine = forward_engine("training", shapes, hw, length_stats(wl), HAND_PARAMS,
                                 micro_batching(wl, "training"), False)
         return engine.replica(16).seconds
 
@@ -135,7 +135,7 @@ def test_a_token_budget_gives_ceil_tokens_over_budget_micro_batches(a100x8):
     shapes = stage_shapes(model_preset("Qwen3-8B"), (18, 18), 1, True, 2)
 
     def replica(batching):
-        return forward_engine("training", shapes, hw, L, DEFAULT_PARAMS, batching,
+        return forward_engine("training", shapes, hw, L, HAND_PARAMS, batching,
                               False).replica(16)
 
     for budget, m, mbs in ((2048, 4, 4), (3000, 3, 6), (8192, 1, 16), (512, 16, 1)):
@@ -157,7 +157,7 @@ def test_memory_follows_the_padded_tokens():
     wl = wide(micro_batch_size=8)
     L = length_stats(wl)
     (s,) = stage_shapes(model_preset("Qwen3-8B"), (36,), 1, True, 2)
-    args = (L, DEFAULT_PARAMS, False)
+    args = (L, HAND_PARAMS, False)
     _, _, packed = task_memory_bytes("training", s, 0, 1, 1, 16, 8, *args)
     padded_b = micro_batching(wl.with_(remove_padding=False), "training")
     _, _, padded = task_memory_bytes("training", s, 0, 1, 1, 16, padded_b, *args)
@@ -175,8 +175,8 @@ def test_the_cost_model_prices_padding_in_time_and_memory(a100x8):
     wl = wide(batch_prompts=16, micro_batch_size=8, inference_micro_batch_size=8)
     padded = wl.with_(remove_padding=False)
     plan = colocated_plan(wl, a100x8, tp=2, devices=[0, 1, 2, 3])
-    a = CostModel(wl, a100x8).estimate(plan)
-    b = CostModel(padded, a100x8).estimate(plan)
+    a = CostModel(wl, a100x8, HAND_PARAMS).estimate(plan)
+    b = CostModel(padded, a100x8, HAND_PARAMS).estimate(plan)
     for task in ("reference_inference", "reward_inference", "actor_training"):
         assert b.tasks[task] > 1.4 * a.tasks[task]
     assert b.tasks["actor_generation"] == a.tasks["actor_generation"]
@@ -220,7 +220,7 @@ def test_padding_never_makes_a_forward_task_cheaper(data, grpo4b, a100x8):
     working memory follows the same order (generation is untouched)."""
     plan = data.draw(random_plans(grpo4b, a100x8))
     packed, longest, static = (
-        CostModel(wl, a100x8).estimate(plan, check=False) for wl in (
+        CostModel(wl, a100x8, HAND_PARAMS).estimate(plan, check=False) for wl in (
             grpo4b, grpo4b.with_(remove_padding=False),
             grpo4b.with_(remove_padding=False, pad_to="max")))
     for task in grpo4b.task_names:

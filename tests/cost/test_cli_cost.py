@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from hetrl.cost import CostModel
+from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.io import save_plan
 from hetrl.plan import colocated_plan
 from hetrl.spec.presets import cluster_preset, workload_preset
@@ -16,6 +17,8 @@ from tests.cli_helpers import assert_user_error, run
 from tests.cost.plans import split_plan
 
 BASE = ["estimate", "--workload", "qwen3-8b-ppo-sync", "--cluster", "a100x8"]
+#: half the default training efficiency (Qwen3-8B's hidden size is the curve's reference)
+HALF_TRAIN = DEFAULT_PARAMS.efficiency("A100-80GB", "train_flops") / 2
 
 
 
@@ -105,9 +108,9 @@ def test_estimate_hand_written_plan(capsys, tmp_path):
 
 def test_params_file_changes_the_estimate_in_the_right_direction(capsys, tmp_path):
     base = run_json(capsys, *BASE, "--colocate", "--tp", "4")
-    # Half the training MFU (0.40 -> 0.20): training compute doubles, nothing else moves.
+    # Half the training efficiency: training compute doubles, nothing else moves.
     slow = run_json(capsys, *BASE, "--colocate", "--tp", "4", "--params",
-                    write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": 0.2}}))
+                    write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": HALF_TRAIN}}))
     for task in ("actor_training", "critic_training"):
         assert slow["parts"][task]["compute"] == pytest.approx(
             2 * base["parts"][task]["compute"], rel=1e-9)
@@ -130,17 +133,17 @@ def test_bound_json_and_text(capsys):
     assert d["iteration_s_lower_bound"] == max(d["compute_bound_s"], d["memory_bound_s"]) > 0
     est = run_json(capsys, *BASE, "--colocate", "--tp", "4")
     assert d["iteration_s_lower_bound"] < est["iteration_s"]
-    # the cost model's bound: between the physical one and the plan (325.07 s vs 369.44 s)
+    # the cost model's bound: between the physical one and the plan (300.87 s vs 347.68 s)
     assert d["iteration_s_lower_bound"] < d["iteration_s_model_bound"] < est["iteration_s"]
     assert d["iteration_s_model_bound"] == pytest.approx(
         d["model_generation_s"] + d["model_inference_s"] + d["model_training_s"])
     code, out, _ = run(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
     assert code == 0 and "no plan can beat" in out
-    assert "nor the cost model's 325.07 s" in out
+    assert "nor the cost model's 300.87 s" in out
 
 
 def test_bound_takes_params(capsys, tmp_path):
-    slow = write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": 0.2}})
+    slow = write_yaml(tmp_path / "slow.yaml", {"defaults": {"train_flops": HALF_TRAIN}})
     base = run_json(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8")
     d = run_json(capsys, "bound", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "--params", slow)
     assert d["model_training_s"] == pytest.approx(2 * base["model_training_s"])

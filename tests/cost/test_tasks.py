@@ -1,8 +1,8 @@
 """Per-replica task costs (generation, inference, training) on tiny cases computed by hand.
 
 Hardware: A100-80GB from the catalog: 312e12 FLOP/s bf16 dense, 2039e9 B/s HBM, NVLink 300e9 B/s
-per direction inside a node, 1 us per GPU<->host hop (2 us GPU to GPU). Default efficiencies:
-infer_flops 0.5, train_flops 0.4, decode_flops 0.4, decode_hbm 0.7, hbm 0.8, link 0.8; decode step
+per direction inside a node, 1 us per GPU<->host hop (2 us GPU to GPU). Efficiencies
+(tests/hand_params.py): infer_flops 0.5, train_flops 0.4, decode_flops 0.4, decode_hbm 0.7, hbm 0.8, link 0.8; decode step
 overhead 1 ms; prefill chunk 8192 tokens.
 
 Model: Qwen3-8B (36 layers, hidden 4096, ffn 12288, 32 heads, 8 KV heads, head_dim 128, vocab
@@ -18,13 +18,14 @@ import pytest
 from hetrl.cost.flops import stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel
-from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.params import CostParams
 from hetrl.cost.replica import replica_hw
 from hetrl.cost.tasks import PARTS, generation_replica, inference_replica, training_replica
 from hetrl.plan import colocated_plan
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import model_preset
 from hetrl.spec.workload import WorkloadSpec
+from tests.hand_params import HAND_PARAMS
 
 PEAK = 312e12  # A100 bf16 FLOP/s
 HBM = 2039e9  # A100 B/s
@@ -89,18 +90,18 @@ def test_inference_one_gpu_fixed_lengths(L, one_gpu):
     compute = flops / (PEAK * 0.5)  # about 0.8028 s
     weights = WEIGHTS / (HBM * 0.8)  # one read of the weights, about 0.0100 s: hidden by compute
     assert compute > weights
-    rc = inference_replica(actor(), one_gpu, 16, 16, L, DEFAULT_PARAMS)
+    rc = inference_replica(actor(), one_gpu, 16, 16, L, HAND_PARAMS)
     assert rc.seconds == pytest.approx(compute, rel=1e-12)
     assert rc.parts["compute"] == pytest.approx(compute, rel=1e-12)
     # Two micro-batches of 8: twice 8/16 of the FLOPs, the same total.
-    rc2 = inference_replica(actor(), one_gpu, 16, 8, L, DEFAULT_PARAMS)
+    rc2 = inference_replica(actor(), one_gpu, 16, 8, L, HAND_PARAMS)
     assert rc2.seconds == pytest.approx(compute, rel=1e-12)
 
 
 def test_inference_is_weight_bound_for_a_tiny_batch(L, one_gpu):
     # One sequence of 512 tokens: 7.83e12 FLOPs -> 0.0502 s of compute vs 0.0100 s to read the
     # weights. With an hbm efficiency of 0.008 (16.3 GB/s) the weight read dominates:
-    params = DEFAULT_PARAMS.with_efficiency(None, "hbm", 0.008)  # 2039e9 x 0.008 = 16.3 GB/s
+    params = HAND_PARAMS.with_efficiency(None, "hbm", 0.008)  # 2039e9 x 0.008 = 16.3 GB/s
     weights = WEIGHTS / (HBM * 0.008)  # about 1.004 s
     rc = inference_replica(actor(), one_gpu, 1, 16, L, params)
     assert rc.seconds == pytest.approx(weights, rel=1e-12)
@@ -114,11 +115,11 @@ def test_training_one_gpu_fixed_lengths(L, one_gpu):
     # Forward + backward = 3 x the forward FLOPs, at 0.4 of peak.
     micro_flops = 3 * (4 * S * MATMUL + ATTN * 4 * S**2 / 2)
     per_micro = micro_flops / (PEAK * 0.4)  # about 0.5018 s (> 2 weight reads, 0.0201 s)
-    rc = training_replica(actor(), one_gpu, 16, 4, L, DEFAULT_PARAMS, recompute=False)
+    rc = training_replica(actor(), one_gpu, 16, 4, L, HAND_PARAMS, recompute=False)
     assert rc.seconds == pytest.approx(4 * per_micro, rel=1e-12)  # (m + pp - 1) = 4 slots
     assert rc.parts["bubble"] == 0.0
     # Full recomputation: 4 x forward FLOPs instead of 3.
-    rc_re = training_replica(actor(), one_gpu, 16, 4, L, DEFAULT_PARAMS, recompute=True)
+    rc_re = training_replica(actor(), one_gpu, 16, 4, L, HAND_PARAMS, recompute=True)
     assert rc_re.seconds == pytest.approx(4 * per_micro * 4 / 3, rel=1e-12)
 
 
@@ -126,7 +127,7 @@ def test_training_task_adds_the_optimizer_step(a100x8):
     # Through the CostModel: one optimizer step over 16 sequences on device 0 alone (dp = 1).
     wl = fixed_workload()
     plan = colocated_plan(wl, a100x8, devices=[0])
-    est = CostModel(wl, a100x8).estimate(plan)
+    est = CostModel(wl, a100x8, HAND_PARAMS).estimate(plan)
     per_micro = 3 * (4 * S * MATMUL + ATTN * 4 * S**2 / 2) / (PEAK * 0.4)
     # Adam step: 32 bytes of HBM traffic per parameter at 0.8 of 2039 GB/s.
     adam = PARAMS * 32 / (HBM * 0.8)  # about 0.1607 s
@@ -153,13 +154,13 @@ def test_1f1b_two_stages_is_m_plus_one_slowest_slots(L, a100x8):
     slow = max(stage0, stage1)
     assert slow == stage0  # 20 layers outweigh 16 layers + the LM head
     for m in (1, 4, 8):
-        rc = training_replica(shapes, hw, 4 * m, 4, L, DEFAULT_PARAMS, recompute=False)
+        rc = training_replica(shapes, hw, 4 * m, 4, L, HAND_PARAMS, recompute=False)
         assert rc.seconds == pytest.approx((m + 2 - 1) * slow, rel=1e-12)
         assert rc.parts["bubble"] == pytest.approx(slow, rel=1e-12)  # (pp - 1) slots
     # Inference over the same pipeline: fill once, then one slowest slot per extra micro-batch.
     i0 = f0 / 3 / (PEAK * 0.5) + send / 2
     i1 = f1 / 3 / (PEAK * 0.5)
-    rc = inference_replica(shapes, hw, 4 * 8, 4, L, DEFAULT_PARAMS)
+    rc = inference_replica(shapes, hw, 4 * 8, 4, L, HAND_PARAMS)
     assert rc.seconds == pytest.approx(i0 + i1 + 7 * max(i0, i1), rel=1e-12)
 
 
@@ -184,7 +185,7 @@ def test_generation_fixed_length_within_concurrency(L, one_gpu, n):
     # runs from the start; R = 256 decode steps, step s at batch n and context P + s.
     s = np.arange(1, R + 1)
     prefill, decode = hand_generation(n, P, np.ones(R), np.full(R, float(n)), P + s)
-    rc = generation_replica(actor(), one_gpu, n, (50e9,), L, 256, DEFAULT_PARAMS)
+    rc = generation_replica(actor(), one_gpu, n, (50e9,), L, 256, HAND_PARAMS)
     assert rc.concurrency == 256
     assert rc.seconds == pytest.approx(prefill + decode, rel=1e-9)
     assert rc.parts["overhead"] == pytest.approx(R * 1e-3)
@@ -199,8 +200,8 @@ def test_generation_memory_bound_at_64_compute_bound_at_256(L, one_gpu):
     #    least 256 x (15.14e9 + 589,824 x 257) / 124.8e12 = 31.4 ms.
     # Prefill (compute-bound, 2.3e14 FLOPs at 64 sequences: the LM head for one position per
     # sequence) is the only compute of the first.
-    small = generation_replica(actor(), one_gpu, 64, (50e9,), L, 256, DEFAULT_PARAMS)
-    big = generation_replica(actor(), one_gpu, 256, (50e9,), L, 256, DEFAULT_PARAMS)
+    small = generation_replica(actor(), one_gpu, 64, (50e9,), L, 256, HAND_PARAMS)
+    big = generation_replica(actor(), one_gpu, 256, (50e9,), L, 256, HAND_PARAMS)
     prefill64 = (64 * P * (MATMUL - HEAD) + 64 * HEAD + ATTN * 64 * P**2 / 2) / (PEAK * 0.5)
     assert small.parts["compute"] == pytest.approx(prefill64, rel=1e-12)
     assert small.parts["hbm"] > 3.0
@@ -214,7 +215,7 @@ def test_generation_saturated_then_drain(L, one_gpu):
     sat = hand_generation(0, P, np.array([768.0]), np.array([128.0]), np.array([384.0]))[1]
     s = np.arange(1, R + 1)
     prefill, drain = hand_generation(512, P, np.ones(R), np.full(R, 128.0), P + s)
-    rc = generation_replica(actor(), one_gpu, 512, (50e9,), L, 128, DEFAULT_PARAMS)
+    rc = generation_replica(actor(), one_gpu, 512, (50e9,), L, 128, HAND_PARAMS)
     assert rc.concurrency == 128
     assert rc.seconds == pytest.approx(prefill + sat + drain, rel=1e-9)
     assert rc.parts["overhead"] == pytest.approx((768 + 256) * 1e-3)
@@ -222,10 +223,10 @@ def test_generation_saturated_then_drain(L, one_gpu):
 
 def test_generation_concurrency_limited_by_kv_budget(L, one_gpu):
     # 1e9 B of KV // (147,456 B x 512 tokens per sequence) = 13 sequences at once.
-    rc = generation_replica(actor(), one_gpu, 64, (1e9,), L, 256, DEFAULT_PARAMS)
+    rc = generation_replica(actor(), one_gpu, 64, (1e9,), L, 256, HAND_PARAMS)
     assert rc.concurrency == 13 and rc.violations == ()
     # A budget below one max-length sequence (75.5 MB) is a violation naming the stage.
-    bad = generation_replica(actor(), one_gpu, 64, (5e7,), L, 256, DEFAULT_PARAMS)
+    bad = generation_replica(actor(), one_gpu, 64, (5e7,), L, 256, HAND_PARAMS)
     assert bad.concurrency == 1
     assert len(bad.violations) == 1 and "stage 0 (A100-80GB)" in bad.violations[0]
 
@@ -241,7 +242,7 @@ def test_generation_decode_variable_lengths_matches_numpy(one_gpu):
     survive = 1 - (s - 1) / 64
     alive = 1 - ((s - 1) / 64) ** 32
     prefill, decode = hand_generation(32, P, alive, 32 * survive / alive, P + s)
-    rc = generation_replica(actor(), one_gpu, 32, (50e9,), L, 256, DEFAULT_PARAMS)
+    rc = generation_replica(actor(), one_gpu, 32, (50e9,), L, 256, HAND_PARAMS)
     assert rc.seconds == pytest.approx(prefill + decode, rel=1e-9)
     assert rc.parts["overhead"] == pytest.approx(alive.sum() * 1e-3, rel=1e-9)
 
@@ -269,6 +270,6 @@ def test_parts_sum_to_seconds(L, a100x8):
 def test_task_parts_sum_to_task_seconds(ppo8b, paper_clusters):
     cluster = paper_clusters["multi-country"]
     plan = colocated_plan(ppo8b, cluster, tp=4, pp=2)
-    est = CostModel(ppo8b, cluster).estimate(plan)
+    est = CostModel(ppo8b, cluster, HAND_PARAMS).estimate(plan)
     for task, seconds in est.tasks.items():
         assert sum(est.parts[task].values()) == pytest.approx(seconds, rel=1e-12), task

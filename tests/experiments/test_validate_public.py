@@ -133,8 +133,18 @@ def test_the_fit_reads_only_fit_rows_and_moves_only_their_kernels(rows):
     from experiments import fit_public
 
     split = {r.id: r.split for r in rows}
-    assert all(split[i] == "fit" for ids in fit_public.FITTED.values() for i in ids)
-    moved = fit_public._with(DEFAULT_PARAMS, [0.9, 0.8, 0.7])
-    assert [moved.efficiency("A100-80GB", k) for k in fit_public.FITTED] == [0.9, 0.8, 0.7]
+    # ("H200": the gpu-h200 kernel runs, not rows of the public set)
+    assert all(split[i] == "fit" for ids in fit_public.FITTED.values() for i in ids
+               if i != "H200")
+    assert list(fit_public.FITTED) == ["train_flops", "infer_flops", "decode_hbm",
+                                       "flops_half_hidden"]
+    moved = fit_public._with(DEFAULT_PARAMS, [0.9, 0.8, 0.7, 1234.0])
+    assert [moved.efficiency("A100-80GB", k) for k in list(fit_public.FITTED)[:3]] == \
+        [0.9, 0.8, 0.7]
+    assert moved.flops_half_hidden == 1234.0
     for kind in ("decode_flops", "hbm", "link"):
         assert moved.efficiency("A100-80GB", kind) == DEFAULT_PARAMS.efficiency("A100-80GB", kind)
+    # the kernel runs: one training and one inference row per run, at the run's hidden size
+    kernels = fit_public.kernel_rows()
+    assert len(kernels) == 2 * len(fit_public.KERNEL_RUNS)
+    assert {r["hidden"] for r in kernels} == {2560, 4096}

@@ -1,5 +1,5 @@
 """The simulator on tiny cases whose times are worked out by hand (see tests/sim/tiny.py for the
-model's numbers): generation with continuous batching, rollout-data and weight-sync transfers,
+model's numbers, tests/hand_params.py for the efficiencies): generation with continuous batching, rollout-data and weight-sync transfers,
 a 2-stage inference pipeline and a 1F1B training step."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from hetrl.cost.model import CostModel
-from hetrl.cost.params import DEFAULT_PARAMS
 from hetrl.plan import Plan, TaskGroup, colocated_plan, make_placement
 from hetrl.spec.lengths import LengthDist
 from sim import simulate
 from sim.engine import Simulation, split_counts
+from tests.hand_params import HAND_PARAMS
 from tests.sim.tiny import (
     ACTOR_PARAMS,
     ACTOR_WEIGHT_BYTES,
@@ -28,7 +28,7 @@ from tests.sim.tiny import (
     two_nodes,
 )
 
-OVERHEAD = DEFAULT_PARAMS.decode_step_overhead_s  # 1 ms per decode step
+OVERHEAD = HAND_PARAMS.decode_step_overhead_s  # 1 ms per decode step
 
 
 def task_span(trace, task, iteration=0):
@@ -67,7 +67,7 @@ def test_generation_prefill_then_decode_steps():
     # HBM (3,385,856 + 1,024 x 4 (17 + i)) / 1427.3e9 = 2.421 us .. 2.441 us, FLOPs ~0.09 us;
     # sum 19.448 us, plus 8 x 1 ms overhead.
     wl, cluster = tiny_workload(), one_node(1)
-    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
+    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1, params=HAND_PARAMS).trace
     gen = task_span(trace, "actor_generation")
     assert gen.start_s == 0.0
     assert prefill_s(64, 4 * 16**2, 4) == pytest.approx(2.0756841589e-6, rel=1e-9)
@@ -84,7 +84,7 @@ def test_generation_decode_crosses_from_compute_to_memory_bound():
     # / 124.8e12 = 5.96 us + 0.004 us i; HBM (3,385,856 + 1,024 x 256 (17 + i)) / 1427.3e9 =
     # 5.49 us + 0.184 us i: compute-bound for i <= 2, memory-bound after.
     wl, cluster = tiny_workload(n_prompts=64, responses=4), one_node(1)
-    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
+    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1, params=HAND_PARAMS).trace
     expected = prefill_s(256 * 16, 256 * 16**2, 256) + decode_s(256, 256 * 17, 8)
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(expected, rel=1e-9)
 
@@ -93,7 +93,7 @@ def test_generation_admits_a_new_wave_when_the_batch_is_full():
     # Concurrency 2, 4 sequences of fixed lengths: two waves, each a prefill of 2 x 16 tokens
     # and 8 decode steps of batch 2 (every sequence of a wave ends at the same step).
     wl, cluster = tiny_workload(gen_max_concurrency=2), one_node(1)
-    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1).trace
+    trace = simulate(colocated_plan(wl, cluster), wl, cluster, 1, params=HAND_PARAMS).trace
     wave = prefill_s(32, 2 * 16**2, 2) + decode_s(2, 2 * 17, 8)
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(2 * wave, rel=1e-9)
 
@@ -105,10 +105,10 @@ def test_generation_one_at_a_time_follows_each_sampled_length():
                        gen_max_concurrency=1)
     cluster = one_node(1)
     plan = colocated_plan(wl, cluster)
-    responses = Simulation(plan, wl, cluster, seed=3).draw(0).response.tolist()
+    responses = Simulation(plan, wl, cluster, HAND_PARAMS, seed=3).draw(0).response.tolist()
     assert len(set(responses)) > 1  # the lengths differ
     expected = sum(prefill_s(16, 16**2, 1) + decode_s(1, 17, r) for r in responses)
-    trace = simulate(plan, wl, cluster, 1, seed=3).trace
+    trace = simulate(plan, wl, cluster, 1, seed=3, params=HAND_PARAMS).trace
     assert task_span(trace, "actor_generation").duration_s == pytest.approx(expected, rel=1e-9)
 
 
@@ -131,7 +131,7 @@ def test_rollout_data_and_weight_sync_between_two_nodes():
     # + embedding, norm and head = 21 calls x 0.7 ms = 14.7 ms.
     wl, cluster = tiny_workload(), two_nodes()
     plan = split_two(wl, cluster)
-    result = simulate(plan, wl, cluster, 1)
+    result = simulate(plan, wl, cluster, 1, params=HAND_PARAMS)
     trace = result.trace
     lat, bw = 52e-6, 1e9 * 0.8
     data = {s.task: s for s in trace.spans_of("transfer") if s.name == "rollout data"}
@@ -144,11 +144,11 @@ def test_rollout_data_and_weight_sync_between_two_nodes():
     sync = task_span(trace, "weight_sync")
     (weights,) = trace.spans_of("transfer", "weight_sync")
     assert weights.devices == (1, 0) and weights.bytes == ACTOR_WEIGHT_BYTES
-    calls = 21 * DEFAULT_PARAMS.sync_call_overhead_s
+    calls = 21 * HAND_PARAMS.sync_call_overhead_s
     assert weights.duration_s == pytest.approx(lat + ACTOR_WEIGHT_BYTES / bw, rel=1e-9)
     assert sync.duration_s == pytest.approx(4.28432e-3 + calls, rel=1e-9)
     # the cost model prices the same pull and the same rollout-data message
-    est = CostModel(wl, cluster).estimate(plan)
+    est = CostModel(wl, cluster, HAND_PARAMS).estimate(plan)
     assert est.tasks["weight_sync"] == pytest.approx(sync.duration_s, rel=1e-9)
     assert est.parts["reward_inference"]["data"] == pytest.approx(data["reward_inference"].duration_s,
                                                                   rel=1e-9)
@@ -183,7 +183,7 @@ def hop_s(tokens):
 
 def pipelined(wl):
     cluster = one_node(2)
-    return simulate(colocated_plan(wl, cluster, pp=2), wl, cluster, 1).trace
+    return simulate(colocated_plan(wl, cluster, pp=2), wl, cluster, 1, params=HAND_PARAMS).trace
 
 
 def test_two_stage_inference_pipeline():
@@ -214,7 +214,7 @@ def test_two_stage_inference_pipeline():
     acts = [s for s in trace.spans_of("transfer", "reference_inference") if s.name == "activations"]
     assert len(acts) == m and all(s.devices == (0, 1) and s.bytes == 512 * 256 * 2 for s in acts)
     # the cost model's pipeline formula prices the same schedule
-    est = CostModel(wl, one_node(2)).estimate(colocated_plan(wl, one_node(2), pp=2))
+    est = CostModel(wl, one_node(2), HAND_PARAMS).estimate(colocated_plan(wl, one_node(2), pp=2))
     assert est.tasks["reference_inference"] == pytest.approx(ref.duration_s, rel=1e-9)
 
 

@@ -36,9 +36,9 @@ def spied():
         log["gen"].append((task, batch.iteration, lo, hi))
         return gen(self, task, i, batch, lo, hi)
 
-    def pipeline(self, p, i, micro, lengths, kind, it):
+    def pipeline(self, p, i, micro, lengths, kind, it, last_backward=None):
         log["micro"].append((p.task, it, i, [int(x) for mb in micro for x in mb]))
-        return pipe(self, p, i, micro, lengths, kind, it)
+        return pipe(self, p, i, micro, lengths, kind, it, last_backward)
 
     class Flow(sim.network.Flow):
         def __init__(self, *args, **kw):
