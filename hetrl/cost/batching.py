@@ -42,6 +42,7 @@ from functools import cached_property
 import numpy as np
 
 from hetrl.cost.lengths import LengthStats
+from hetrl.cost.memo import BATCHERS, Table
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.workload import WorkloadSpec
 
@@ -148,7 +149,8 @@ class MicroBatcher:
         #: the moments when they do not depend on k (padding removed, or to the longest possible)
         self.fixed = None if self.padding == "longest" else (
             (L.seq_mean, L.seq_sq_mean) if self.padding == "none" else (longest, longest * longest))
-        self._moments: dict[int, tuple[float, float]] = {}
+        #: per sequence count k: the costed (mean, mean square) tokens per sequence
+        self._moments = Table("micro-batch moments", 65_536)
         #: a full micro-batch's sequences and (once priced) its tokens as costed
         self._full: tuple[float, float | None] = (
             float(self.sequences) if self.tokens is None else float(self.tokens) / self.seq_mean,
@@ -165,10 +167,7 @@ class MicroBatcher:
 
     def _at(self, k: int) -> tuple[float, float]:
         b = self.batching
-        out = longest_moments(b.prompt, b.response, b.group, k)
-        if len(self._moments) < 65_536:
-            self._moments[k] = out
-        return out
+        return self._moments.put(k, longest_moments(b.prompt, b.response, b.group, k))
 
     def moments(self, k: float) -> tuple[float, float]:
         """(mean, mean square) tokens per sequence of a micro-batch of ``k`` sequences, as it is
@@ -211,17 +210,12 @@ class MicroBatcher:
         return tokens, self.count(n)[0]
 
 
-_BATCHERS: dict = {}
-
-
 def micro_batcher(batching: Batching, L: LengthStats) -> MicroBatcher:
     """The :class:`MicroBatcher` of ``batching`` for lengths ``L`` (memoised)."""
     key = (batching, L)
-    out = _BATCHERS.get(key)
+    out = BATCHERS.get(key)
     if out is None:
-        if len(_BATCHERS) >= 1024:
-            _BATCHERS.clear()
-        out = _BATCHERS[key] = MicroBatcher(batching, L)
+        out = BATCHERS.put(key, MicroBatcher(batching, L))
     return out
 
 

@@ -25,7 +25,7 @@ from hetrl.cost.kernels import (
     ceil_log2,
     group_link_facts,
 )
-from hetrl.cost.memo import MEMO_SIZE, topology_memoised, topology_table
+from hetrl.cost.memo import topology_memoised, topology_table
 from hetrl.spec.cluster import ClusterSpec
 
 
@@ -93,11 +93,8 @@ def symmetric_memo(cluster: ClusterSpec, kind: str, devices: tuple, compute: Any
         canon = devices if sym is None else _canonical(devices, sym[0], sym[1])
         out = cache.get((canon, extra))
         if out is None:
-            out = compute(cluster, *canon, *extra)
-            if len(cache) >= MEMO_SIZE:  # long searches: bound the memory (as topology_memoised)
-                cache.clear()
-            cache[canon, extra] = out
-        cache[key] = out
+            out = cache.put((canon, extra), compute(cluster, *canon, *extra))
+        cache.put(key, out)
     return out
 
 

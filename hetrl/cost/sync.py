@@ -22,7 +22,7 @@ import numpy as np
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import weight_sync_pulls as _pulls_kernel
 from hetrl.cost.kernels import weight_sync_seconds as _seconds_kernel
-from hetrl.cost.memo import topology_memoised
+from hetrl.cost.memo import SYNC_NEEDS, topology_memoised
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
@@ -109,7 +109,7 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     -- as (stage, destination) arrays of bytes and of bytes > 0. A pure function of the two
     layouts (no device ids): memoised."""
     key = (gen.dp, gen.tp, gen.layers_per_stage, gen_shapes, train.layers_per_stage)
-    out = _NEEDS.get(key)
+    out = SYNC_NEEDS.get(key)
     if out is not None:
         return out
     tb = _bounds(train.layers_per_stage)
@@ -127,14 +127,7 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     need = nbytes > 0
     for a in (nbytes, need):
         a.setflags(write=False)
-    out = (stages, nbytes, need)
-    if len(_NEEDS) >= 10_000:
-        _NEEDS.clear()
-    _NEEDS[key] = out
-    return out
-
-
-_NEEDS: dict = {}
+    return SYNC_NEEDS.put(key, (stages, nbytes, need))
 
 
 def _bounds(layers: tuple[int, ...]) -> list[int]:

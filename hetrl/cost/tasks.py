@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -15,6 +14,7 @@ from hetrl.cost.batching import Batching, micro_batcher, micro_count
 from hetrl.cost.flops import StageShape
 from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
+from hetrl.cost.memo import ENGINE_ENTRIES, TASK_TERMS, Table
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import (
     all_reduce_pieces,
@@ -66,11 +66,10 @@ def generation_engine(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthSt
     """The generation costs of one layout on one replica's hardware as a function of the
     sequence count (memoised: its n-independent terms are computed once)."""
     key = ("gen", shapes, hw, L, params, cuda_graphs)
-    out = _CONSTS.get(key)
+    out = TASK_TERMS.get(key)
     if out is None:
         out = _GenerationEngine(shapes, hw, L, params, cuda_graphs)
-        if len(_CONSTS) < 100_000:
-            _CONSTS[key] = out
+        TASK_TERMS.put(key, out)
     return out
 
 
@@ -95,10 +94,14 @@ class _GenerationEngine:
         self.link_eff = eff(hw.stages[0].gpu, "link")
         self.h, self.bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
         self.p_sq = L.prompt_mean ** 2  # E[p^2] >= mean^2; prefill is a small term
-        self.concurrency: dict[Any, tuple[int, tuple[str, ...]]] = {}
-        self.saturated: dict[float, tuple[float, float, float, float, float]] = {}
-        self.drain: dict[float, tuple[float, float, float, float, float]] = {}
-        self.priced: dict[tuple[float, int, tuple[str, ...]], ReplicaCost] = {}
+        #: per (KV budget, concurrency cap): the concurrency and its violations
+        self.concurrency = Table("generation concurrency", ENGINE_ENTRIES)
+        #: per concurrency: the saturated phase's per-step terms
+        self.saturated = Table("saturated decode", ENGINE_ENTRIES)
+        #: per drain size: the drain's terms
+        self.drain = Table("decode drain", ENGINE_ENTRIES)
+        #: per (sequences, concurrency, violations): the replica's cost
+        self.priced = Table("generation replicas", ENGINE_ENTRIES)
 
     def _concurrency(self, kv_budget: tuple[float, ...],
                      max_concurrency: int) -> tuple[int, tuple[str, ...]]:
@@ -119,17 +122,12 @@ class _GenerationEngine:
         key = (kv_budget, max_concurrency)
         conc = self.concurrency.get(key)
         if conc is None:
-            conc = self._concurrency(kv_budget, max_concurrency)
-            if len(self.concurrency) < 4096:
-                self.concurrency[key] = conc
+            conc = self.concurrency.put(key, self._concurrency(kv_budget, max_concurrency))
         # The budget enters only through the concurrency it allows (and its violations), so
         # budgets that allow the same concurrency share one answer.
         out = self.priced.get((n, *conc))
         if out is None:
-            out = self._replica(n, *conc)
-            if len(self.priced) >= 4096:
-                self.priced.clear()
-            self.priced[(n, *conc)] = out
+            out = self.priced.put((n, *conc), self._replica(n, *conc))
         return out
 
     def _replica(self, n: float, B: int, violations: tuple[str, ...]) -> ReplicaCost:
@@ -160,15 +158,13 @@ class _GenerationEngine:
         sat_steps = max(n - B, 0.0) * L.response_mean / B
         sat = self.saturated.get(B)
         if sat is None:
-            sat = self.saturated[B] = _decode_steps(self.shapes, self.hw, float(B), L, params,
-                                                    saturated=True)
+            sat = self.saturated.put(B, _decode_steps(self.shapes, self.hw, float(B), L,
+                                                      params, saturated=True))
         sc, sm, stp, spp, _ = sat
         # Drain phase: the last m sequences (memoised: it does not depend on n once n >= B).
         drain = self.drain.get(m)
         if drain is None:
-            drain = _drain(self.shapes, self.hw, float(m), L, params)
-            if len(self.drain) < 4096:
-                self.drain[m] = drain
+            drain = self.drain.put(m, _drain(self.shapes, self.hw, float(m), L, params))
         dc, dm, dtp, dpp, dsteps = drain
         compute = pre_c + sat_steps * sc + dc
         hbm = pre_h + sat_steps * sm + dm
@@ -179,8 +175,6 @@ class _GenerationEngine:
                  "data": 0.0, "overhead": overhead, "offload": 0.0}
         return ReplicaCost(compute + hbm + tp + pp + overhead, parts, B, violations)
 
-
-_CONSTS: dict = {}  # per (kind, shapes, replica hardware, lengths, params): n-independent terms
 
 
 @lru_cache(maxsize=8192)
@@ -250,7 +244,7 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     as rows (a, b): a x weight + b x m x survival), log P(len < s), survival, its sum, the
     boundaries' summed latency and seconds per sequence (memoised)."""
     key = ("drain", shapes, hw, L, params)
-    out = _CONSTS.get(key)
+    out = TASK_TERMS.get(key)
     if out is not None:
         return out
     eff = params.efficiency
@@ -272,8 +266,7 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     link_eff = eff(hw.stages[0].gpu, "link")
     out = (consts, log_below, surv, float(surv.sum()), sum(lat for lat, _ in hw.boundaries),
            sum(h * bpv / (bw * link_eff) for _, bw in hw.boundaries))
-    if len(_CONSTS) < 100_000:
-        _CONSTS[key] = out
+    TASK_TERMS.put(key, out)
     return out
 
 
@@ -288,7 +281,7 @@ def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     FLOP rate, weight-read seconds, TP all-reduces x layers, TP links, link efficiency), per
     boundary (latency, bandwidth, link efficiency), hidden size, bytes per value."""
     key = ("stages", shapes, hw, L, params, kind, flops_mult, tp_allreduces)
-    out = _CONSTS.get(key)
+    out = TASK_TERMS.get(key)
     if out is not None:
         return out
     eff = params.efficiency
@@ -301,8 +294,7 @@ def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     sends = [(lat, bw, eff(st.gpu, "link"))
              for (lat, bw), st in zip(hw.boundaries, hw.stages, strict=False)]
     out = (stages, sends, shapes[0].model.hidden, shapes[0].bytes_per_value)
-    if len(_CONSTS) < 100_000:
-        _CONSTS[key] = out
+    TASK_TERMS.put(key, out)
     return out
 
 
@@ -343,11 +335,10 @@ def forward_engine(kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: 
     budget, padding kept). ``tp_overlap``: training's TP collectives pipelined with its GEMMs
     (Megatron's ``--tp-comm-overlap``)."""
     key = ("fwd", kind, shapes, hw, L, params, mbs, recompute, tp_overlap)
-    out = _CONSTS.get(key)
+    out = TASK_TERMS.get(key)
     if out is None:
         out = _ForwardEngine(kind, shapes, hw, L, params, mbs, recompute, tp_overlap)
-        if len(_CONSTS) < 100_000:
-            _CONSTS[key] = out
+        TASK_TERMS.put(key, out)
     return out
 
 

@@ -747,9 +747,9 @@ def test_a_split_mix_is_the_same_in_both_orders_and_tells_gpu_types_apart():
 
 def test_cost_model_memos_start_afresh_past_their_bound_with_the_same_search(
         small_workload, small_cluster, monkeypatch):
-    """Long searches bound the cost model's memory: past ``MEMO_ENTRIES`` its own memos empty
+    """Long searches bound the cost model's memory: past ``MODEL_ENTRIES`` its own tables empty
     (all at once). Estimates are pure, so the search's plan and history do not change."""
-    import hetrl.cost.model as cost_model
+    import hetrl.cost.memo as memo
 
     budget = Budget(evaluations=600, seed=0)
     free = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
@@ -759,7 +759,7 @@ def test_cost_model_memos_start_afresh_past_their_bound_with_the_same_search(
     def spy(self):
         sizes.append(self.memo_entries())
         real(self)
-    monkeypatch.setattr(cost_model, "MEMO_ENTRIES", 50)
+    monkeypatch.setattr(memo, "MODEL_ENTRIES", 50)
     monkeypatch.setattr(CostModel, "clear_memos", spy)
     bounded = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
     assert len(sizes) > 5 and all(s > 50 for s in sizes)
