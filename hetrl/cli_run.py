@@ -74,11 +74,13 @@ def _kill_at(value: str | None) -> tuple[str, int, int] | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.io import load_cluster, load_plan, load_workload, write_text_atomic
+    from hetrl.search.feasibility import require_plan_fits
     from real.report import run_report
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
+    require_plan_fits(plan, workload, cluster, params)
     try:
         from real.runner import RunConfig, run_plan
     except ModuleNotFoundError as exc:

@@ -25,15 +25,19 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
-@command("simulate", "replay iterations of a plan in the discrete-event simulator", _sim_args)
+@command("simulate", "replay iterations of a plan in the discrete-event simulator (a plan that "
+         "does not fit is refused: exit 2)", _sim_args)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, write_text_atomic
+    from hetrl.search.feasibility import require_plan_fits
     from sim import simulate
     from sim.faults import FaultScenario
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
+    params = load_params(args.params, cluster)
+    require_plan_fits(plan, workload, cluster, params)
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}
@@ -41,8 +45,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             nodes.setdefault(d.node, []).append(d.id)
         faults = FaultScenario.from_dict(read_mapping(args.faults, "faults"), cluster.num_devices,
                                          cluster.regions, nodes)
-    result = simulate(plan, workload, cluster, args.iterations, args.seed, load_params(args.params, cluster),
-                      faults)
+    result = simulate(plan, workload, cluster, args.iterations, args.seed, params, faults)
     if args.trace:
         write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()))
     if args.trace_raw:
