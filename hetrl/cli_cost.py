@@ -104,7 +104,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.colocate:
         plan = colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp)
         if args.save_plan:
-            save_plan(plan, args.save_plan)
+            save_plan(plan, args.save_plan, "--save-plan")
     else:
         if args.save_plan:
             raise HetrlError("--save-plan goes with --colocate")

@@ -6,7 +6,15 @@ import argparse
 import json
 import sys
 
-from hetrl.cli import command, emit, nonnegative_int, output_path, positive_float, positive_int
+from hetrl.cli import (
+    command,
+    emit,
+    nonnegative_int,
+    output_dir,
+    output_path,
+    positive_float,
+    positive_int,
+)
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -33,7 +41,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="do not delay transfers by the cluster's latency and bandwidth")
     p.add_argument("--no-speed-emulation", action="store_true",
                    help="do not stretch slower GPU types' compute by their peak ratio")
-    p.add_argument("--checkpoint-dir", help="write a checkpoint after every iteration here")
+    p.add_argument("--checkpoint-dir", type=output_dir("--checkpoint-dir"),
+                   help="write a checkpoint after every iteration here (a directory, created)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --checkpoint-dir")
     p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
@@ -95,9 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                        progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
     result = run_plan(workload, cluster, plan, config)
     if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()))
+        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()), "--trace")
     if args.chrome_trace:
-        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()))
+        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()), "--chrome-trace")
     report = run_report(result, workload, cluster, plan, params)
     report["trace"] = args.trace
     error = report["estimate_error"]

@@ -47,9 +47,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                          cluster.regions, nodes)
     result = simulate(plan, workload, cluster, args.iterations, args.seed, params, faults)
     if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()))
+        write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()), "--trace")
     if args.trace_raw:
-        write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()))
+        write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()), "--trace-raw")
     m = result.metrics
     lines = [f"{workload.name} on {cluster.name}: {m['iteration_s']:.2f} s per iteration "
              f"(steady state; {m['completed_iterations']}/{m['requested_iterations']} done)",

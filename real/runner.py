@@ -29,6 +29,7 @@ import torch
 
 from hetrl.cost.model import DATA_BYTES_PER_TOKEN
 from hetrl.errors import HetrlError, SpecError, require
+from hetrl.io import check_output_dir
 from hetrl.plan import Plan, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -518,6 +519,8 @@ class RealRun:
         cfg = self.config
         state, states = _State(), None
         ckpt = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        if ckpt is not None:  # before the workers start, not after a whole iteration
+            check_output_dir(ckpt, "checkpoint_dir")
         if cfg.resume:
             if not (ckpt / CHECKPOINT).exists():
                 raise SpecError("resume", str(ckpt / CHECKPOINT), "no checkpoint there to resume from")
@@ -621,13 +624,19 @@ class RealRun:
                 refs[self.workers[t.device].save_state.remote(t.task)] = (t.device, t.task, -1)
         for (d, task, _), st in zip(refs.values(), self._get(refs), strict=True):
             trainers.setdefault(d, {})[task] = st
-        ckpt.mkdir(parents=True, exist_ok=True)
         tmp = ckpt / f".{CHECKPOINT}.{os.getpid()}.tmp"
-        torch.save({"next_iteration": state.next_iteration, "trainers": trainers,
-                    "spans": [s.to_dict() for s in state.spans], "iterations": state.iterations,
-                    "rewards": state.rewards, "stats": state.stats, "verified": self._verified,
-                    "run": self._identity()}, tmp)
-        os.replace(tmp, ckpt / CHECKPOINT)
+        try:
+            ckpt.mkdir(parents=True, exist_ok=True)
+            torch.save({"next_iteration": state.next_iteration, "trainers": trainers,
+                        "spans": [s.to_dict() for s in state.spans],
+                        "iterations": state.iterations, "rewards": state.rewards,
+                        "stats": state.stats, "verified": self._verified,
+                        "run": self._identity()}, tmp)
+            os.replace(tmp, ckpt / CHECKPOINT)
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile: one line
+            tmp.unlink(missing_ok=True)
+            raise SpecError("checkpoint_dir", str(ckpt),
+                            f"cannot write the checkpoint: {exc.strerror or exc}") from None
 
     def _identity(self) -> dict[str, Any]:
         """What a checkpoint must share with the run that resumes it."""
