@@ -46,7 +46,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --checkpoint-dir")
     p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
-                   help="fault injection: that device's worker dies at the start of that task")
+                   help="fault injection: that device's worker dies at the start of that task "
+                        "in that iteration (counted from 1, as the progress line counts)")
     p.add_argument("--trace", type=output_path("--trace"),
                    help="write the trace in hetrl's schema (input of hetrl calibrate)")
     p.add_argument("--chrome-trace", type=output_path("--chrome-trace"),
@@ -67,7 +68,9 @@ def _engines(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _kill_at(value: str | None) -> tuple[str, int, int] | None:
+def _kill_at(value: str | None, iterations: int) -> tuple[str, int, int] | None:
+    """``--kill-at TASK:ITERATION:DEVICE`` as ``RunConfig.kill_at``: ITERATION counts from 1
+    (as the progress line and the messages do); the library's index counts from 0."""
     from hetrl.errors import SpecError
 
     if value is None:
@@ -75,7 +78,10 @@ def _kill_at(value: str | None) -> tuple[str, int, int] | None:
     parts = value.split(":")
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         raise SpecError("--kill-at", value, "must be TASK:ITERATION:DEVICE, e.g. actor_training:1:2")
-    return parts[0], int(parts[1]), int(parts[2])
+    if not 1 <= int(parts[1]) <= iterations:
+        raise SpecError("--kill-at", value, f"ITERATION must be in 1..{iterations} (--iterations; "
+                        "counted from 1)")
+    return parts[0], int(parts[1]) - 1, int(parts[2])
 
 
 @command("run", "execute a plan for real on Ray and print per-iteration and per-task seconds",
@@ -100,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        device=args.device, emulate_network=not args.no_network_emulation,
                        emulate_speed=not args.no_speed_emulation,
                        checkpoint_dir=args.checkpoint_dir, resume=args.resume,
-                       kill_at=_kill_at(args.kill_at), engines=_engines(args.engines),
+                       kill_at=_kill_at(args.kill_at, args.iterations), engines=_engines(args.engines),
                        progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
     result = run_plan(workload, cluster, plan, config)
     if args.trace:

@@ -73,7 +73,9 @@ class RunError(HetrlError):
 @dataclass(frozen=True)
 class RunConfig:
     """What to run besides the plan. ``kill_at`` = (task, iteration, device) injects a fault:
-    that device's worker exits at the start of its tasklet of that task and iteration."""
+    that device's worker exits at the start of its tasklet of that task and iteration. Here,
+    as in traces, iterations are indexes from 0; messages, the progress line and the command
+    line's ``--kill-at`` count them from 1 (iteration 1 is index 0)."""
 
     iterations: int = 2
     seed: int = 0
@@ -273,11 +275,11 @@ class RealRun:
                     raise self._lost(dead[0], task, it) from None
                 cause = str(exc).strip().splitlines()[-1][:300]
                 raise RunError(f"device {d} ({self.cluster.device(d).gpu.name}) failed during "
-                               f"{task} of iteration {it}: {cause}") from None
+                               f"{task} of {_where(it)}: {cause}") from None
         return [results[r] for r in refs]
 
     def _lost(self, d: int, task: str, it: int) -> RunError:
-        where = f"iteration {it}" if it >= 0 else "set-up"
+        where = _where(it)
         ckpt = self.config.checkpoint_dir
         hint = (f"; finished iterations are checkpointed in {ckpt}: rerun with --resume"
                 if ckpt else "; run with a checkpoint directory to be able to resume")
@@ -509,7 +511,7 @@ class RealRun:
         for ref, g in pending:
             held, sent = self._get({ref: (g, task, it)})[0]
             if held != sent:
-                raise RunError(f"weight sync of iteration {it} to device {g} is not verified: "
+                raise RunError(f"weight sync of {_where(it)} to device {g} is not verified: "
                                f"its engine holds other weights than the trainer sent (digest "
                                f"{held[:12]} vs {sent[:12]})")
             self._verified += 1
@@ -657,6 +659,12 @@ class RealRun:
                        [tuple(x) for x in data["iterations"]], list(data["rewards"]),
                        list(data["stats"]))
         return state, data["trainers"]
+
+
+def _where(it: int) -> str:
+    """An iteration index (0-based, as in traces and ``RunConfig.kill_at``) in words, counted
+    from 1 as every message and the progress line count it; -1 is the set-up."""
+    return f"iteration {it + 1}" if it >= 0 else "set-up"
 
 
 def _chunks(idx: list[int], size: int) -> list[list[int]]:
