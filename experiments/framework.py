@@ -273,7 +273,13 @@ class RayRunner(Runner):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, log_to_driver=False)
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, TimeoutError, RuntimeError) as exc:
+                    from hetrl.errors import OptionError
+
+                    raise OptionError("--address", address, f"cannot attach: "
+                                      f"{str(exc).splitlines()[0][:200]}") from None
             else:
                 pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
                 ray.init(num_cpus=workers, object_store_memory=200 * 1024**2,
@@ -292,7 +298,41 @@ class RayRunner(Runner):
                 done(pending.pop(ref), self.ray.get(ref))
 
 
+def check_address(address: str) -> None:
+    """Raise a HetrlError naming ``--address`` unless its host answers on its port within 5 s
+    (``auto`` and ``local`` are Ray's own names and pass). Checked before ``ray.init``, which
+    would otherwise retry for minutes or start a local instance."""
+    import socket
+
+    from hetrl.errors import OptionError
+
+    if address in ("auto", "local"):
+        return
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise OptionError("--address", address, "must be HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+            pass
+    except OSError as exc:
+        raise OptionError("--address", address, f"no Ray cluster answers there "
+                          f"({exc.strerror or exc}); start it or leave --address out") from None
+
+
 def make_runner(workers: int, address: str | None, local: bool) -> tuple[Runner, str]:
+    """The runner for ``workers`` cells at a time: Ray (at ``address`` if given), else local
+    processes. An ``address`` that cannot be used is an error, never a local run instead."""
+    from hetrl.errors import OptionError
+
+    if address and local:
+        raise OptionError("--address", address, "goes without --local (cells run on that cluster)")
+    if address:
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise OptionError("--address", address, "needs Ray: pip install -e '.[sweep]'") from None
+        check_address(address)
     if local:
         return (InlineRunner(), "inline") if workers == 1 else (PoolRunner(workers), f"{workers} local processes")
     try:

@@ -30,6 +30,7 @@ from experiments.framework import (  # noqa: E402
     Job,
     cache_problem,
     cell_key,
+    check_address,
     code_version,
     load_figures,
     make_runner,
@@ -106,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         print("run.py: error: --seeds and --workers must be >= 1", file=sys.stderr)
         return 2
     config = Config("quick" if args.quick else "full" if args.full else "default", args.seeds)
+    if args.address and not args.replot:  # before any work: never a quiet local run instead
+        check_address(args.address)
     results_dir, figures_dir = output_folders(config.mode)
     check_output_dir(results_dir, "results folder")  # before any cell is computed
     check_output_dir(figures_dir, "figures folder")

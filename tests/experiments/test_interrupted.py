@@ -178,3 +178,23 @@ def test_pool_workers_die_when_the_driver_is_killed():
     for p in left:  # do not leave them behind if the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"workers {left} outlived their killed parent"
+
+
+# --- a Ray address that does not answer ----------------------------------------------------------
+
+@pytest.mark.parametrize("address,fragment", [
+    ("ray://127.0.0.1:1", "no Ray cluster answers there (Connection refused)"),
+    ("127.0.0.1:1", "no Ray cluster answers there"),
+    ("nohost", "must be HOST:PORT or ray://HOST:PORT"),
+])
+def test_an_unreachable_ray_address_is_one_line_not_a_local_run(tmp_path, address, fragment):
+    proc = run(tmp_path, "--quick", "--figures", "fig4", "--address", address)
+    one_line_error(proc, "--address", fragment)
+    assert "running on" not in proc.stdout and not (tmp_path / "results").exists()
+
+
+def test_address_and_local_exclude_each_other():
+    from hetrl.errors import OptionError
+
+    with pytest.raises(OptionError, match="goes without --local"):
+        framework.make_runner(1, "127.0.0.1:1", local=True)
