@@ -160,7 +160,38 @@ class Job:
 
 
 def store(job: Job, rows: list[dict[str, Any]]) -> None:
-    write_text_atomic(job.path, json.dumps({"cell": job.cell, "rows": rows}, default=float))
+    """Cache a cell's rows with its key (which hashes the cell and the code version) and
+    figure, so that :func:`cache_problem` can tell a file that belongs here from one that does
+    not (written atomically: a kill leaves the old file or the new one)."""
+    write_text_atomic(job.path, json.dumps({"figure": job.figure, "key": job.key,
+                                            "cell": job.cell, "rows": rows}, default=float))
+
+
+def cache_problem(job: Job) -> str | None:
+    """Why ``job``'s cached file cannot be used (None: it can): missing, unreadable, not JSON
+    (truncated or empty), not this cell's (another figure, key or cell), or rows that are not
+    a list of records. A cell with a problem is recomputed, never trusted."""
+    try:
+        text = job.path.read_text()
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable ({getattr(exc, 'strerror', None) or exc})"
+    if not text.strip():
+        return "empty"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg} at character {exc.pos}: truncated?)"
+    if not isinstance(data, dict):
+        return "not a cached cell (no JSON object)"
+    for field, want in (("figure", job.figure), ("key", job.key), ("cell", job.cell)):
+        if data.get(field) != want:
+            return f"another {field} than this cell's (stale or foreign file)"
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        return "its rows are not a list of records"
+    return None
 
 
 def load(job: Job) -> list[dict[str, Any]]:
@@ -182,14 +213,45 @@ class InlineRunner(Runner):
             done(job, compute_cell(job.figure, job.cell))
 
 
+def die_with_parent(parent: int) -> None:
+    """Make this process (a pool worker) end when ``parent`` does, even by SIGKILL: on Linux the
+    kernel sends SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); elsewhere a daemon
+    thread checks every second whether the process was re-parented. Then, if the parent is
+    already gone (it died before this ran), exit now."""
+    import signal
+    import sys
+    import threading
+
+    armed = False
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            armed = False
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 class PoolRunner(Runner):
-    """Local processes: the fallback when Ray is not installed."""
+    """Local processes: the fallback when Ray is not installed. Workers die with the driver
+    (:func:`die_with_parent`): a killed run leaves no process behind."""
 
     def __init__(self, workers: int):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                        initializer=die_with_parent, initargs=(os.getpid(),))
 
     def run(self, jobs, done):
         from concurrent.futures import as_completed
@@ -211,7 +273,13 @@ class RayRunner(Runner):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, log_to_driver=False)
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, TimeoutError, RuntimeError) as exc:
+                    from hetrl.errors import OptionError
+
+                    raise OptionError("--address", address, f"cannot attach: "
+                                      f"{str(exc).splitlines()[0][:200]}") from None
             else:
                 pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
                 ray.init(num_cpus=workers, object_store_memory=200 * 1024**2,
@@ -230,7 +298,41 @@ class RayRunner(Runner):
                 done(pending.pop(ref), self.ray.get(ref))
 
 
+def check_address(address: str) -> None:
+    """Raise a HetrlError naming ``--address`` unless its host answers on its port within 5 s
+    (``auto`` and ``local`` are Ray's own names and pass). Checked before ``ray.init``, which
+    would otherwise retry for minutes or start a local instance."""
+    import socket
+
+    from hetrl.errors import OptionError
+
+    if address in ("auto", "local"):
+        return
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise OptionError("--address", address, "must be HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+            pass
+    except OSError as exc:
+        raise OptionError("--address", address, f"no Ray cluster answers there "
+                          f"({exc.strerror or exc}); start it or leave --address out") from None
+
+
 def make_runner(workers: int, address: str | None, local: bool) -> tuple[Runner, str]:
+    """The runner for ``workers`` cells at a time: Ray (at ``address`` if given), else local
+    processes. An ``address`` that cannot be used is an error, never a local run instead."""
+    from hetrl.errors import OptionError
+
+    if address and local:
+        raise OptionError("--address", address, "goes without --local (cells run on that cluster)")
+    if address:
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise OptionError("--address", address, "needs Ray: pip install -e '.[sweep]'") from None
+        check_address(address)
     if local:
         return (InlineRunner(), "inline") if workers == 1 else (PoolRunner(workers), f"{workers} local processes")
     try:
@@ -243,11 +345,13 @@ def make_runner(workers: int, address: str | None, local: bool) -> tuple[Runner,
 
 
 def tables(figures: Iterable[Figure], jobs_by_figure: dict[str, list[Job]]) -> dict[str, pd.DataFrame]:
+    """Each figure's table from its cells' cached rows (a cell whose cache has a problem is
+    left out: it failed, or was damaged after this run computed it)."""
     out = {}
     for fig in figures:
         rows = []
         for job in jobs_by_figure[fig.name]:
-            if job.path.exists():
+            if cache_problem(job) is None:
                 rows.extend(load(job))
         out[fig.name] = pd.DataFrame(rows)
     return out

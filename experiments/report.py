@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from experiments.framework import FIGURES, MODES, Config, Figure
@@ -30,7 +32,10 @@ COST_MODEL_V2 = [
 ]
 
 
-def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], config: Config) -> None:
+def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], config: Config,
+                 folder: Path = FIGURES) -> None:
+    """``folder``/README.md (figures/README.md for a default run)."""
+    sub = "" if config.mode == "default" else f"{config.mode}/"
     lines = [
         "# Reproduced figures",
         "",
@@ -76,8 +81,8 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         if rows:
             lines += ["| what | ours | paper | reading |", "|---|---|---|---|"]
             lines += [f"| {r['what']} | {r['ours']} | {r['paper']} | {r['reading']} |" for r in rows]
-        lines += ["", f"Table: `experiments/results/{name}.csv` ({len(table)} rows).", ""]
-    write_text_atomic(FIGURES / "README.md", "\n".join(lines) + "\n")
+        lines += ["", f"Table: `experiments/results/{sub}{name}.csv` ({len(table)} rows).", ""]
+    write_text_atomic(folder / "README.md", "\n".join(lines) + "\n", "figures folder")
 
 
 

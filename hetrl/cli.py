@@ -87,6 +87,21 @@ def output_path(option: str) -> Callable[[str], str]:
     return parse
 
 
+def output_dir(option: str) -> Callable[[str], str]:
+    """The argparse type of an output directory option: a folder files can be written in
+    (existing, or creatable), not a file."""
+    def parse(value: str) -> str:
+        from hetrl.errors import SpecError
+        from hetrl.io import check_output_dir
+
+        try:
+            check_output_dir(value, option)
+        except SpecError as exc:
+            raise OptionError(option, value, exc.problem) from None
+        return value
+    return parse
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 

@@ -104,7 +104,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.colocate:
         plan = colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp)
         if args.save_plan:
-            save_plan(plan, args.save_plan)
+            save_plan(plan, args.save_plan, "--save-plan")
     else:
         if args.save_plan:
             raise HetrlError("--save-plan goes with --colocate")
@@ -124,13 +124,17 @@ def _bound_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("bound", "lower bounds of one iteration: physical (all GPUs at peak) and the cost "
-         "model's (its efficiencies, the serial generation tail)", _bound_args)
+         "model's (its efficiencies, the serial generation tail); exit 2 if no plan can fit",
+         _bound_args)
 def cmd_bound(args: argparse.Namespace) -> int:
     from hetrl.cost.bound import lower_bound
     from hetrl.io import load_cluster, load_workload
+    from hetrl.search.feasibility import check_fits
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    b = lower_bound(workload, cluster, load_params(args.params, cluster))
+    params = load_params(args.params, cluster)
+    check_fits(workload, cluster, params)  # no plan fits: no bound to give (exit 2, as `plan`)
+    b = lower_bound(workload, cluster, params)
     emit(args, b, "\n".join([
         f"{workload.name} on {cluster.name}: no plan can beat "
         f"{b['iteration_s_lower_bound']:.2f} s per iteration (compute "

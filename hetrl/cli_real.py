@@ -43,7 +43,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                         args.gpu_name)
     ClusterSpec.from_dict(data)  # what we write must load
     write_text_atomic(args.out, "# Written by `hetrl profile`; see docs/real.md.\n"
-                      + yaml.safe_dump(data, sort_keys=False))
+                      + yaml.safe_dump(data, sort_keys=False), "--out")
     out = {"matmul_tflops": result.matmul_tflops, "hbm_gbps": result.hbm_gbps,
            "link_latency_s": result.link_latency_s, "link_gbps": result.link_gbps,
            "memory_gb": result.memory_gb, "device": result.device, "dtype": result.dtype,
@@ -81,6 +81,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     runs = load_runs(args.traces)
     result = fit_params(runs, load_params(args.params), max_sweeps=args.sweeps)
-    dump(result.params.to_dict(), args.out)
+    dump(result.params.to_dict(), args.out, "--out")
     emit(args, result_json(result, str(args.out)), format_result(result, str(args.out)))
     return 0

@@ -6,7 +6,15 @@ import argparse
 import json
 import sys
 
-from hetrl.cli import command, emit, nonnegative_int, output_path, positive_float, positive_int
+from hetrl.cli import (
+    command,
+    emit,
+    nonnegative_int,
+    output_dir,
+    output_path,
+    positive_float,
+    positive_int,
+)
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -33,11 +41,13 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="do not delay transfers by the cluster's latency and bandwidth")
     p.add_argument("--no-speed-emulation", action="store_true",
                    help="do not stretch slower GPU types' compute by their peak ratio")
-    p.add_argument("--checkpoint-dir", help="write a checkpoint after every iteration here")
+    p.add_argument("--checkpoint-dir", type=output_dir("--checkpoint-dir"),
+                   help="write a checkpoint after every iteration here (a directory, created)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --checkpoint-dir")
     p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
-                   help="fault injection: that device's worker dies at the start of that task")
+                   help="fault injection: that device's worker dies at the start of that task "
+                        "in that iteration (counted from 1, as the progress line counts)")
     p.add_argument("--trace", type=output_path("--trace"),
                    help="write the trace in hetrl's schema (input of hetrl calibrate)")
     p.add_argument("--chrome-trace", type=output_path("--chrome-trace"),
@@ -58,7 +68,9 @@ def _engines(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _kill_at(value: str | None) -> tuple[str, int, int] | None:
+def _kill_at(value: str | None, iterations: int) -> tuple[str, int, int] | None:
+    """``--kill-at TASK:ITERATION:DEVICE`` as ``RunConfig.kill_at``: ITERATION counts from 1
+    (as the progress line and the messages do); the library's index counts from 0."""
     from hetrl.errors import SpecError
 
     if value is None:
@@ -66,7 +78,10 @@ def _kill_at(value: str | None) -> tuple[str, int, int] | None:
     parts = value.split(":")
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         raise SpecError("--kill-at", value, "must be TASK:ITERATION:DEVICE, e.g. actor_training:1:2")
-    return parts[0], int(parts[1]), int(parts[2])
+    if not 1 <= int(parts[1]) <= iterations:
+        raise SpecError("--kill-at", value, f"ITERATION must be in 1..{iterations} (--iterations; "
+                        "counted from 1)")
+    return parts[0], int(parts[1]) - 1, int(parts[2])
 
 
 @command("run", "execute a plan for real on Ray and print per-iteration and per-task seconds",
@@ -74,11 +89,13 @@ def _kill_at(value: str | None) -> tuple[str, int, int] | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.io import load_cluster, load_plan, load_workload, write_text_atomic
+    from hetrl.search.feasibility import require_plan_fits
     from real.report import run_report
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
+    require_plan_fits(plan, workload, cluster, params)
     try:
         from real.runner import RunConfig, run_plan
     except ModuleNotFoundError as exc:
@@ -89,13 +106,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                        device=args.device, emulate_network=not args.no_network_emulation,
                        emulate_speed=not args.no_speed_emulation,
                        checkpoint_dir=args.checkpoint_dir, resume=args.resume,
-                       kill_at=_kill_at(args.kill_at), engines=_engines(args.engines),
+                       kill_at=_kill_at(args.kill_at, args.iterations), engines=_engines(args.engines),
                        progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
     result = run_plan(workload, cluster, plan, config)
     if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()))
+        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()), "--trace")
     if args.chrome_trace:
-        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()))
+        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()), "--chrome-trace")
     report = run_report(result, workload, cluster, plan, params)
     report["trace"] = args.trace
     error = report["estimate_error"]

@@ -82,7 +82,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_flags(args.scheduler, options)
     scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster), **options)
     result = scheduler.search(workload, cluster, budget)
-    save_plan(result.plan, args.out)
+    save_plan(result.plan, args.out, "--out")
     est = result.estimate
     text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
             f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "

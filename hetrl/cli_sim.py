@@ -7,6 +7,11 @@ import json
 
 from hetrl.cli import command, emit, nonnegative_int, output_path, positive_int
 
+#: Exit code of ``hetrl simulate`` when the run stalled (a device lost and no re-plan): the
+#: simulation answered, and the answer is "stalled" (2 is bad input, 3 a plan that does not fit
+#: for ``hetrl estimate``).
+EXIT_STALLED = 4
+
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
@@ -25,15 +30,19 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
-@command("simulate", "replay iterations of a plan in the discrete-event simulator", _sim_args)
+@command("simulate", "replay iterations of a plan in the discrete-event simulator (a plan that "
+         "does not fit is refused: exit 2)", _sim_args)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, write_text_atomic
+    from hetrl.search.feasibility import require_plan_fits
     from sim import simulate
     from sim.faults import FaultScenario
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
+    params = load_params(args.params, cluster)
+    require_plan_fits(plan, workload, cluster, params)
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}
@@ -41,20 +50,81 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             nodes.setdefault(d.node, []).append(d.id)
         faults = FaultScenario.from_dict(read_mapping(args.faults, "faults"), cluster.num_devices,
                                          cluster.regions, nodes)
-    result = simulate(plan, workload, cluster, args.iterations, args.seed, load_params(args.params, cluster),
-                      faults)
+    result = simulate(plan, workload, cluster, args.iterations, args.seed, params, faults,
+                      progress=None if args.json else _progress(args.iterations))
     if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()))
+        write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()), "--trace")
     if args.trace_raw:
-        write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()))
-    m = result.metrics
-    lines = [f"{workload.name} on {cluster.name}: {m['iteration_s']:.2f} s per iteration "
-             f"(steady state; {m['completed_iterations']}/{m['requested_iterations']} done)",
-             "  iterations: " + ", ".join(f"{x:.2f}" for x in m["iterations"])]
-    lines += [f"  {t:<21}{s:>10.2f} s" for t, s in m["tasks"].items()]
-    f = result.faults
+        write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()), "--trace-raw")
+    emit(args, result.to_dict(), format_result(result, workload, cluster))
+    return EXIT_STALLED if result.faults.stalled else 0
+
+
+def _progress(iterations: int):
+    """A progress printer for long simulations: a line on stderr every 2 s of wall-clock time
+    (nothing for a simulation that ends sooner). Iterations are counted from 1."""
+    import sys
+    import time
+
+    last = [time.perf_counter()]
+
+    def say(now_s: float, done: int) -> None:
+        t = time.perf_counter()
+        if t - last[0] >= 2.0:
+            last[0] = t
+            print(f"simulate: {done}/{iterations} iterations done, simulated time {now_s:,.1f} s",
+                  file=sys.stderr, flush=True)
+    return say
+
+
+def _where(cluster, devices: list[int]) -> str:
+    """Devices with their nodes and regions, in words."""
+    nodes: dict[tuple[str, str], list[int]] = {}
+    for d in devices:
+        dev = cluster.devices[d]
+        nodes.setdefault((dev.node, dev.region), []).append(d)
+    return ", ".join(f"device{'s' * (len(ds) > 1)} {', '.join(map(str, ds))} (node {n}, "
+                     f"region {r})" for (n, r), ds in nodes.items())
+
+
+def _phase(name: str, p: dict) -> str:
+    if not p["iterations"]:
+        return f"{name}: no iteration"
+    return (f"{name}: {p['iterations']} iteration(s), {p['iteration_s']:.2f} s each "
+            f"({p['throughput_samples_per_s']:.2f} samples/s)")
+
+
+def format_result(result, workload, cluster) -> str:
+    """The text of ``hetrl simulate``: a stall first (where and when), then the steady-state
+    mean, the iterations, the tasks, the faults and the phases around the first fault.
+    Iterations are counted from 1 here (the JSON's indexes from 0)."""
+    m, f = result.metrics, result.faults
+    done, asked = m["completed_iterations"], m["requested_iterations"]
+    lines = []
+    if f.stalled:
+        it = f.aborted_iterations[-1] + 1 if f.aborted_iterations else done + 1
+        lines.append(f"STALLED: {workload.name} on {cluster.name}: {_where(cluster, f.lost_devices)} "
+                     f"lost at {f.stalled_at_s:.2f} s (simulated) during iteration {it}, and the "
+                     f"faults file has no replan; {done}/{asked} iterations done")
+    if m["iteration_s"] == m["iteration_s"]:  # (nan: too few iterations for a steady state)
+        lines.append(f"{workload.name} on {cluster.name}: {m['iteration_s']:.2f} s per iteration "
+                     f"(steady state; {done}/{asked} done)")
+    elif not f.stalled:
+        lines.append(f"{workload.name} on {cluster.name}: {done}/{asked} iterations done")
+    if done:
+        lines.append("  iterations: " + ", ".join(f"{x:.2f}" for x in m["iterations"]))
+        lines += [f"  {t:<21}{s:>10.2f} s" for t, s in m["tasks"].items()]
+    else:
+        lines.append("  no iteration completed: no per-task seconds")
     if f.lost_devices or f.stalled:
         lines.append(f"  faults: lost devices {f.lost_devices}, lost work {f.lost_work_s:.1f} s, "
                      f"stalled {f.stalled}, re-plans {len(f.replans)}")
-    emit(args, {k: v for k, v in result.to_dict().items()}, "\n".join(lines))
-    return 0
+    ph = m.get("phases") or {}
+    if ph:
+        parts = [_phase("before", ph["before_fault"]), _phase("during", ph["during_fault"])]
+        if ph["replan_s"] is not None:
+            parts.append(f"re-plan and restart {ph['replan_s']:.1f} s")
+        parts.append(_phase("after", ph["after_fault"]) if not f.stalled else "after: stalled")
+        lines.append(f"  phases around the first fault (at {ph['fault_at_s']:.2f} s): "
+                     + "; ".join(parts))
+    return "\n".join(lines)

@@ -128,22 +128,68 @@ def load_plan(path: str | Path, workload: WorkloadSpec | None = None,
         raise _in_file(p, exc) from None
 
 
-def check_output_path(path: str | Path, field: str) -> Path:
+def _nearest_existing(p: Path) -> Path:
+    """``p`` or its nearest ancestor that exists (where a missing folder would be created)."""
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """None if a file can be created in ``folder``, else the OS's reason. A real try (a
+    temporary file, removed at once): permission bits do not show a read-only mount, /proc or
+    /sys, an immutable folder, or a full disk's inode table -- and root passes every bit."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hetrl-probe.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(tmp)
+    return None
+
+
+def check_output_path(path: str | Path, field: str, probe: bool = True) -> Path:
     """``path`` as a Path if a file can be written there (checked before long work, so that a
-    bad ``--out`` fails at once, not after the search): not a directory, and its nearest
-    existing ancestor a writable directory. ``field`` names the option in the error."""
+    bad ``--out`` fails at once, not after the search): not a directory nor a special file, not
+    an unwritable (read-only or immutable) file, and its nearest existing ancestor a directory
+    where a file can be created -- with ``probe``, by creating one (see
+    :func:`_cannot_create_in`). ``field`` names the option in the error."""
     p = Path(path)
     if not str(path):
         raise SpecError(field, str(path), "must be a file path, not empty")
     if p.is_dir():
         raise SpecError(field, str(path), "is a directory; give a file path")
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    if p.exists() and not p.is_file():
+        raise SpecError(field, str(path), "is not a regular file (a device, pipe or socket)")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise SpecError(field, str(path), "cannot overwrite it: the file is read-only or "
+                                          "immutable")
+    parent = _nearest_existing(p.parent)
     if not parent.is_dir():
         raise SpecError(field, str(path), f"cannot create it: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SpecError(field, str(path), f"cannot create it: {parent} is not writable")
+    reason = _cannot_create_in(parent) if probe else None
+    if reason:
+        raise SpecError(field, str(path), f"cannot create files in {parent}: {reason}")
+    return p
+
+
+def check_output_dir(path: str | Path, field: str) -> Path:
+    """``path`` as a Path if files can be written in it (checked before long work): an
+    existing directory where a file can be created, or a missing one whose nearest existing
+    ancestor is such a directory (it is created when first written, not here). Not a file."""
+    p = Path(path)
+    if not str(path):
+        raise SpecError(field, str(path), "must be a directory path, not empty")
+    if p.exists() and not p.is_dir():
+        raise SpecError(field, str(path), "is a file, not a directory")
+    where = _nearest_existing(p)
+    if not where.is_dir():
+        raise SpecError(field, str(path), f"cannot create it: {where} is not a directory")
+    reason = _cannot_create_in(where)
+    if reason:
+        raise SpecError(field, str(path), f"cannot create files in {where}: {reason}")
     return p
 
 
@@ -161,33 +207,39 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str, field: str = "output") -> None:
     """Write ``text`` to ``path`` via a temporary file and rename: never a truncated file. The
-    file gets the usual permissions (0666 less the umask), not the temporary file's 0600."""
-    p = check_output_path(path, "output")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    file gets the usual permissions (0666 less the umask), not the temporary file's 0600. An OS
+    error (permission, full disk, read-only mount) is a :class:`SpecError` naming ``field``
+    and the path: one line at the command line, exit 2."""
+    p = check_output_path(path, field, probe=False)
+    tmp = None
     try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise SpecError(field, str(p), f"cannot write: {exc.strerror or exc}") from None
         raise
 
 
-def dump(data: Any, path: str | Path) -> None:
-    """Write a mapping as JSON (``.json``) or YAML (anything else), atomically."""
+def dump(data: Any, path: str | Path, field: str = "output") -> None:
+    """Write a mapping as JSON (``.json``) or YAML (anything else), atomically; an OS error
+    names ``field``."""
     p = Path(path)
     if p.suffix == ".json":
-        write_text_atomic(p, json.dumps(data, indent=2) + "\n")
+        write_text_atomic(p, json.dumps(data, indent=2) + "\n", field)
     else:
-        write_text_atomic(p, yaml.safe_dump(data, sort_keys=False))
+        write_text_atomic(p, yaml.safe_dump(data, sort_keys=False), field)
 
 
-def save_plan(plan: Plan, path: str | Path) -> None:
-    dump(plan.to_dict(), path)
+def save_plan(plan: Plan, path: str | Path, field: str = "output") -> None:
+    dump(plan.to_dict(), path, field)

@@ -29,6 +29,7 @@ import torch
 
 from hetrl.cost.model import DATA_BYTES_PER_TOKEN
 from hetrl.errors import HetrlError, SpecError, require
+from hetrl.io import check_output_dir
 from hetrl.plan import Plan, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -72,7 +73,9 @@ class RunError(HetrlError):
 @dataclass(frozen=True)
 class RunConfig:
     """What to run besides the plan. ``kill_at`` = (task, iteration, device) injects a fault:
-    that device's worker exits at the start of its tasklet of that task and iteration."""
+    that device's worker exits at the start of its tasklet of that task and iteration. Here,
+    as in traces, iterations are indexes from 0; messages, the progress line and the command
+    line's ``--kill-at`` count them from 1 (iteration 1 is index 0)."""
 
     iterations: int = 2
     seed: int = 0
@@ -272,11 +275,11 @@ class RealRun:
                     raise self._lost(dead[0], task, it) from None
                 cause = str(exc).strip().splitlines()[-1][:300]
                 raise RunError(f"device {d} ({self.cluster.device(d).gpu.name}) failed during "
-                               f"{task} of iteration {it}: {cause}") from None
+                               f"{task} of {_where(it)}: {cause}") from None
         return [results[r] for r in refs]
 
     def _lost(self, d: int, task: str, it: int) -> RunError:
-        where = f"iteration {it}" if it >= 0 else "set-up"
+        where = _where(it)
         ckpt = self.config.checkpoint_dir
         hint = (f"; finished iterations are checkpointed in {ckpt}: rerun with --resume"
                 if ckpt else "; run with a checkpoint directory to be able to resume")
@@ -508,7 +511,7 @@ class RealRun:
         for ref, g in pending:
             held, sent = self._get({ref: (g, task, it)})[0]
             if held != sent:
-                raise RunError(f"weight sync of iteration {it} to device {g} is not verified: "
+                raise RunError(f"weight sync of {_where(it)} to device {g} is not verified: "
                                f"its engine holds other weights than the trainer sent (digest "
                                f"{held[:12]} vs {sent[:12]})")
             self._verified += 1
@@ -518,6 +521,8 @@ class RealRun:
         cfg = self.config
         state, states = _State(), None
         ckpt = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        if ckpt is not None:  # before the workers start, not after a whole iteration
+            check_output_dir(ckpt, "checkpoint_dir")
         if cfg.resume:
             if not (ckpt / CHECKPOINT).exists():
                 raise SpecError("resume", str(ckpt / CHECKPOINT), "no checkpoint there to resume from")
@@ -621,13 +626,19 @@ class RealRun:
                 refs[self.workers[t.device].save_state.remote(t.task)] = (t.device, t.task, -1)
         for (d, task, _), st in zip(refs.values(), self._get(refs), strict=True):
             trainers.setdefault(d, {})[task] = st
-        ckpt.mkdir(parents=True, exist_ok=True)
         tmp = ckpt / f".{CHECKPOINT}.{os.getpid()}.tmp"
-        torch.save({"next_iteration": state.next_iteration, "trainers": trainers,
-                    "spans": [s.to_dict() for s in state.spans], "iterations": state.iterations,
-                    "rewards": state.rewards, "stats": state.stats, "verified": self._verified,
-                    "run": self._identity()}, tmp)
-        os.replace(tmp, ckpt / CHECKPOINT)
+        try:
+            ckpt.mkdir(parents=True, exist_ok=True)
+            torch.save({"next_iteration": state.next_iteration, "trainers": trainers,
+                        "spans": [s.to_dict() for s in state.spans],
+                        "iterations": state.iterations, "rewards": state.rewards,
+                        "stats": state.stats, "verified": self._verified,
+                        "run": self._identity()}, tmp)
+            os.replace(tmp, ckpt / CHECKPOINT)
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile: one line
+            tmp.unlink(missing_ok=True)
+            raise SpecError("checkpoint_dir", str(ckpt),
+                            f"cannot write the checkpoint: {exc.strerror or exc}") from None
 
     def _identity(self) -> dict[str, Any]:
         """What a checkpoint must share with the run that resumes it."""
@@ -648,6 +659,12 @@ class RealRun:
                        [tuple(x) for x in data["iterations"]], list(data["rewards"]),
                        list(data["stats"]))
         return state, data["trainers"]
+
+
+def _where(it: int) -> str:
+    """An iteration index (0-based, as in traces and ``RunConfig.kill_at``) in words, counted
+    from 1 as every message and the progress line count it; -1 is the set-up."""
+    return f"iteration {it + 1}" if it >= 0 else "set-up"
 
 
 def _chunks(idx: list[int], size: int) -> list[list[int]]:

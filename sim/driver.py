@@ -74,8 +74,12 @@ def default_replan_hook(scenario: FaultScenario, params: CostParams) -> ReplanHo
 
 def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iterations: int,
              seed: int = 0, params: CostParams = DEFAULT_PARAMS,
-             faults: FaultScenario | None = None, replan: ReplanHook | None = None) -> SimResult:
-    """Replay ``iterations`` RL iterations of ``plan``; see the module docstring for faults."""
+             faults: FaultScenario | None = None, replan: ReplanHook | None = None,
+             progress: Callable[[float, int], None] | None = None) -> SimResult:
+    """Replay ``iterations`` RL iterations of ``plan``; see the module docstring for faults.
+    ``progress``, if given, is called now and then with (simulated seconds, iterations done).
+    Raises :class:`sim.guards.SimulationLimitError` where simulated time would leave the range
+    the simulator resolves (docs/simulator.md, "Guards")."""
     validate(plan, workload, cluster)
     if iterations < 1:
         raise HetrlError(f"iterations = {iterations}: must be >= 1")
@@ -93,6 +97,8 @@ def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iteration
     while len(its) < iterations:
         sim = Simulation(cur_plan, workload, cur_cluster, params, seed, t0, len(its))
         sims.append(sim)
+        if progress is not None:
+            sim.progress = _offset(progress, len(its))
         inverse = {old: new for new, old in enumerate(mapping)}
         stop = None
         lost_event = None
@@ -147,6 +153,11 @@ def simulate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec, iteration
                     plan=plan.to_dict())
     trace = Trace("sim", workload.name, cluster.name, tuple(spans), tuple(its), meta)
     return SimResult(trace, _metrics(trace, sims, iterations, log, cluster, workload), log)
+
+
+def _offset(progress: Callable[[float, int], None], before: int) -> Callable[[float, int], None]:
+    """``progress`` for a segment that starts with ``before`` iterations done."""
+    return lambda now, done: progress(now, before + done)
 
 
 def _apply(sim: Simulation, e, inverse: dict[int, int], delay: float, spans: list[Span]):
@@ -213,7 +224,39 @@ def _metrics(trace: Trace, sims: list[Simulation], iterations: int, log: FaultLo
         "bytes_between_nodes": links,
         "events": trace.meta.get("events", 0),
         "stalled": log.stalled,
+        "phases": phases(trace, log, workload.samples),
     }
+
+
+def phases(trace: Trace, log: FaultLog, samples: int) -> dict[str, Any]:
+    """The run split at its first fault (empty without one): ``fault_at_s``; ``before_fault``
+    (iterations that ended by then), ``during_fault`` (iterations under way when it struck,
+    that finished), ``after_fault`` (iterations that started after it -- after the re-plan's
+    restart when a device was lost), each {iterations, from_s, to_s, iteration_s (mean
+    seconds, None without iterations), throughput_samples_per_s}; ``replan`` (seconds from the
+    loss to the restart, None without one) and ``stalled_at_s``. Seconds are simulated time."""
+    struck = [s.start_s for s in trace.spans if s.kind == "fault"]
+    if not struck:
+        return {}
+    t_fault = min(struck)
+    restart = (log.replans[0]["at_s"] + log.replans[0]["delay_s"]) if log.replans else None
+    after_from = restart if restart is not None else t_fault
+    groups: dict[str, list[tuple[float, float]]] = {"before_fault": [], "during_fault": [],
+                                                    "after_fault": []}
+    for start, end in trace.iterations:
+        key = ("before_fault" if end <= t_fault else "after_fault" if start >= after_from
+               else "during_fault")
+        groups[key].append((start, end))
+    out: dict[str, Any] = {"fault_at_s": t_fault}
+    for key, its in groups.items():
+        secs = [b - a for a, b in its]
+        mean = sum(secs) / len(secs) if secs else None
+        out[key] = {"iterations": len(its), "from_s": its[0][0] if its else None,
+                    "to_s": its[-1][1] if its else None, "iteration_s": mean,
+                    "throughput_samples_per_s": samples / mean if mean else None}
+    out["replan_s"] = restart - log.replans[0]["at_s"] if restart is not None else None
+    out["stalled_at_s"] = log.stalled_at_s
+    return out
 
 
 def _bubble(trace: Trace, iteration: int) -> dict[str, float]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,10 +43,13 @@ from hetrl.spec.tasks import NEEDS_TRAINED
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span
 from sim import batches
+from sim.guards import HORIZON_S, STUCK_EVENTS, SimulationLimitError
 from sim.network import LinkFault, Network
 from sim.ops import ReplicaOps
 
 DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
+#: Events between two calls of a simulation's ``progress`` callback.
+PROGRESS_EVERY = 20_000
 
 
 def split_counts(n: int, shares: Sequence[float]) -> list[int]:
@@ -85,6 +88,8 @@ class Simulation:
         self.spans: list[Span] = []
         self.iterations: list[tuple[float, float]] = []
         self.first_iteration = first_iteration
+        #: Called now and then with (simulated seconds, iterations done) during :meth:`run`.
+        self.progress: Callable[[float, int], None] | None = None
         self.placements = {p.task: p for p in plan.placements}
         self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params,
                                         workload.gen_cuda_graphs, workload.tp_comm_overlap)
@@ -501,12 +506,35 @@ class Simulation:
         done = env.process(recorder())
         until = done if stop is None else (done | stop)
         self.events = 0
+        last, same = env.now, 0
         while not until.triggered:  # env.run(until=...), counting the events processed
             try:
                 env.step()
             except simpy.core.EmptySchedule:
                 break
             self.events += 1
+            if env.now != last:
+                last, same = env.now, 0
+                if not env.now <= HORIZON_S:  # a step jumped past it (a huge straggler)
+                    raise SimulationLimitError(
+                        f"simulated time jumped to {env.now:.3g} s, past the simulator's "
+                        f"horizon of {HORIZON_S:.0e} s; {self.in_effect()}")
+            else:
+                same += 1
+                if same >= STUCK_EVENTS:
+                    raise SimulationLimitError(
+                        f"the simulation stopped advancing at {env.now:.6g} s ({same:,} events "
+                        f"at that instant); {self.in_effect()}")
+            if self.progress is not None and self.events % PROGRESS_EVERY == 0:
+                self.progress(env.now, len(self.iterations))
+
+    def in_effect(self) -> str:
+        """The faults in effect, in words (what a guard's message blames)."""
+        slow = [f"device {d} slowdown {s:g}" for d, s in enumerate(self.slowdown) if s > 1]
+        links = [f"link_degraded {f.a}/{f.b} bandwidth_factor {f.bandwidth_factor:g}"
+                 for f in self.net.faults]
+        parts = ([f"stragglers: {', '.join(slow)}"] if slow else []) + links
+        return "faults in effect: " + "; ".join(parts) if parts else "no fault in effect"
 
     def add_link_fault(self, fault: LinkFault) -> None:
         self.net.add_fault(fault)

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetrl.errors import positive, require
+from sim.guards import HORIZON_S
 
 KINDS = ("device_lost", "node_lost", "link_degraded", "straggler")
+#: The largest straggler factor: a device a million times slower is as good as lost (and the
+#: product with a step's seconds must stay far inside the simulator's horizon).
+MAX_SLOWDOWN = 1e6
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,9 @@ class FaultScenario:
             require(isinstance(e, Mapping), f, e, "must be a mapping")
             require(e.get("kind") in KINDS, f"{f}.kind", e.get("kind"), f"must be one of {list(KINDS)}")
             at = e.get("at_s")
-            require(isinstance(at, int | float) and not isinstance(at, bool) and at >= 0,
-                    f"{f}.at_s", at, "must be a number of seconds >= 0")
+            require(isinstance(at, int | float) and not isinstance(at, bool)
+                    and 0 <= at <= HORIZON_S, f"{f}.at_s", at,
+                    f"must be a number of seconds in [0, {HORIZON_S:.0e}]")
             kind = e["kind"]
             allowed = {"at_s", "kind"} | {
                 "device_lost": {"device"}, "node_lost": {"node"}, "straggler": {"device", "slowdown"},
@@ -86,7 +91,8 @@ class FaultScenario:
                         f"{f}.device", d, f"must be a device id in 0..{num_devices - 1}")
             if kind == "straggler":
                 s = positive(f"{f}.slowdown", e.get("slowdown", 1.0))
-                require(s >= 1.0, f"{f}.slowdown", s, "must be >= 1 (a factor on step times)")
+                require(1.0 <= s <= MAX_SLOWDOWN, f"{f}.slowdown", s,
+                        f"must be in [1, {MAX_SLOWDOWN:.0e}] (a factor on step times)")
             pair = None
             if kind == "link_degraded":
                 pair = e.get("regions")
@@ -112,7 +118,10 @@ class FaultScenario:
                         f"unknown key; known: {sorted(Replan.__dataclass_fields__)}")
             replan = Replan(**r)
             require(replan.budget_evals >= 1, "faults.replan.budget_evals", replan.budget_evals, "must be >= 1")
-            require(replan.delay_s >= 0, "faults.replan.delay_s", replan.delay_s, "must be >= 0")
+            delay = replan.delay_s
+            require(isinstance(delay, int | float) and not isinstance(delay, bool)
+                    and 0 <= delay <= HORIZON_S, "faults.replan.delay_s", delay,
+                    f"must be a number of seconds in [0, {HORIZON_S:.0e}]")
             from hetrl.search import SCHEDULERS, load_all
 
             load_all()  # checked now, not when the fault fires

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from hetrl.spec.cluster import ClusterSpec
+from sim.guards import HORIZON_S, below_resolution, check_horizon
 
 EPS_BYTES = 1e-3
 
@@ -160,17 +161,39 @@ class Network:
         if notify and not self.wake.triggered:
             self.wake.succeed()
 
+    def describe(self, f: Flow) -> str:
+        """A flow's link in words: devices, nodes, regions, and the faults on it."""
+        nodes = self.cluster.nodes
+        a, b = nodes[self.node_of[f.src]], nodes[self.node_of[f.dst]]
+        faults = "; ".join(f"link_degraded {x.a}/{x.b} bandwidth_factor {x.bandwidth_factor:g}"
+                           for x in self._faults_between(f.src, f.dst))
+        return (f"the transfer of {f.remaining:.3g} bytes from device {f.src} ({a.name}, "
+                f"{a.region}) to device {f.dst} ({b.name}, {b.region}) at {f.rate:.3g} B/s"
+                + (f" (fault: {faults})" if faults else ""))
+
     def _run(self):
         while True:
             self.wake = self.env.event()
             if self.flows:
-                nxt = min(f.remaining / f.rate for f in self.flows)
-                yield self.env.timeout(max(nxt, 0.0)) | self.wake
+                first = min(self.flows, key=lambda f: f.remaining / f.rate)
+                nxt = first.remaining / first.rate
+                # wait no further than the horizon: a stop before it (a device lost) still ends
+                # the run normally; at the horizon, the flow that cannot finish is named
+                wait = min(nxt, max(HORIZON_S - self.env.now, 0.0))
+                yield self.env.timeout(max(wait, 0.0)) | self.wake
+                if wait < nxt and self.env.now >= HORIZON_S and first in self.flows:
+                    self._advance()
+                    check_horizon(self.env.now, first.remaining / first.rate,
+                                  self.describe(first))
             else:
                 yield self.wake
             self._advance()
+            now = self.env.now
+            # done: drained, or what is left is shorter than the clock can resolve at ``now``
+            # (waiting for it would not move the clock: the loop would spin)
             finished = [f for f in self.flows if f.remaining <= EPS_BYTES
-                        or f.remaining <= f.rate * 1e-9]
+                        or f.remaining <= f.rate * 1e-9
+                        or below_resolution(now, f.remaining / f.rate)]
             if finished:
                 for f in finished:
                     self.flows.remove(f)

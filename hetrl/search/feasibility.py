@@ -34,3 +34,21 @@ def check_fits(workload: WorkloadSpec, cluster: ClusterSpec,
             f"{need / 1e9:.1f} GB resident (weights, gradients and optimizer states) but the "
             f"cluster has {have / 1e9:.1f} GB usable ({need / have:.2f}x, "
             f"{(need - have) / 1e9:.1f} GB short)")
+
+
+def require_plan_fits(plan, workload: WorkloadSpec, cluster: ClusterSpec,
+                      params: CostParams = DEFAULT_PARAMS) -> None:
+    """Raise :class:`InfeasibleError` naming the first device over its usable memory (its GB
+    needed and usable) unless the cost model finds ``plan`` fits: what ``hetrl simulate`` and
+    ``hetrl run`` check before they start (``hetrl estimate`` answers the same question with
+    exit code 3 and every violation)."""
+    from hetrl.cost.model import CostModel
+
+    est = CostModel(workload, cluster, params).estimate(plan)
+    if est.feasible:
+        return
+    violations = est.violations
+    first = violations[0] if violations else "does not fit"
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    raise InfeasibleError(f"the plan does not fit {cluster.name}: {first}{more}; "
+                          "`hetrl estimate` lists every violation")

@@ -37,12 +37,14 @@ def quick_run(tmp_path_factory):
 def test_quick_produces_every_figure(quick_run):
     tmp, first, _ = quick_run
     assert first.returncode == 0, first.stderr[-3000:]
-    for name in FIGURE_NAMES:
-        png = tmp / "figures" / f"{name}.png"
+    for name in FIGURE_NAMES:  # a quick run writes its own folders (the default's are kept)
+        png = tmp / "figures" / "quick" / f"{name}.png"
         assert png.exists() and png.stat().st_size > 1000, name
-        table = pd.read_csv(tmp / "results" / f"{name}.csv")
+        table = pd.read_csv(tmp / "results" / "quick" / f"{name}.csv")
         assert len(table) > 0, name
-    readme = (tmp / "figures" / "README.md").read_text()
+        assert not (tmp / "results" / f"{name}.csv").exists()
+        assert not (tmp / "figures" / f"{name}.png").exists()
+    readme = (tmp / "figures" / "quick" / "README.md").read_text()
     for name in FIGURE_NAMES:
         assert f"## {name}:" in readme
     assert "| what | ours | paper | reading |" in readme
@@ -50,7 +52,7 @@ def test_quick_produces_every_figure(quick_run):
 
 def test_rerun_hits_the_cache(quick_run):
     tmp, first, took = quick_run
-    before = {n: pd.read_csv(tmp / "results" / f"{n}.csv") for n in FIGURE_NAMES}
+    before = {n: pd.read_csv(tmp / "results" / "quick" / f"{n}.csv") for n in FIGURE_NAMES}
     start = time.perf_counter()
     second = run(tmp, "--quick", "--local", "--workers", "2")
     again = time.perf_counter() - start
@@ -58,7 +60,8 @@ def test_rerun_hits_the_cache(quick_run):
     assert "0 to compute" in second.stdout
     assert again < took / 2  # no cell recomputed: plotting only
     for n in FIGURE_NAMES:
-        pd.testing.assert_frame_equal(before[n], pd.read_csv(tmp / "results" / f"{n}.csv"))
+        pd.testing.assert_frame_equal(before[n],
+                                      pd.read_csv(tmp / "results" / "quick" / f"{n}.csv"))
 
 
 def test_killed_and_restarted_run_gives_the_same_table(tmp_path):
@@ -86,8 +89,8 @@ def test_killed_and_restarted_run_gives_the_same_table(tmp_path):
     assert f"{done} cached" in again.stdout
     clocks = ["cell_seconds", "search_s"]  # wall-clock seconds: the only columns that may differ
     for name in figures.split(","):
-        a = pd.read_csv(tmp_path / "clean" / "results" / f"{name}.csv")
-        b = pd.read_csv(killed_dir / "results" / f"{name}.csv")
+        a = pd.read_csv(tmp_path / "clean" / "results" / "quick" / f"{name}.csv")
+        b = pd.read_csv(killed_dir / "results" / "quick" / f"{name}.csv")
         pd.testing.assert_frame_equal(a.drop(columns=clocks, errors="ignore"),
                                       b.drop(columns=clocks, errors="ignore"))
 

@@ -51,7 +51,12 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--resume"],
      ["resume", "checkpoint directory"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--kill-at",
-      "critic_training:0:2"], ["kill_at", "(task, device) of the plan"]),
+      "critic_training:1:2"], ["kill_at", "(task, device) of the plan"]),
+    # --kill-at counts iterations from 1, as the progress line and the messages do
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--kill-at",
+      "actor_training:0:2"], ["--kill-at", "ITERATION must be in 1..2", "counted from 1"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "-n", "3", "--kill-at",
+      "actor_training:4:2"], ["--kill-at", "ITERATION must be in 1..3"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--resume",
       "--checkpoint-dir", "/nonexistent-ckpt"], ["resume", "no checkpoint there"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines", "vllm"],

@@ -103,7 +103,8 @@ def test_two_regions_slower_by_the_emulated_delays(cross_region):
 
 def test_ppo_fault_names_device_and_task_then_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(RunError, match=r"device 2 \(L4.*critic_training of iteration 1"):
+    # kill_at's iteration is an index (from 0); the message counts from 1, as the progress does
+    with pytest.raises(RunError, match=r"device 2 \(L4.*critic_training of iteration 2"):
         _run("tiny-ppo-sync", "tiny4-single-region", "plan-tiny-ppo-tiny4.yaml", iterations=3,
              checkpoint_dir=str(ckpt), kill_at=("critic_training", 1, 2))
     assert (ckpt / "checkpoint.pt").exists()
