@@ -6,13 +6,15 @@ import argparse
 import json
 
 from hetrl.cli import command, emit, nonnegative_int, output_path, positive_int
+from hetrl.errors import OptionError
+from hetrl.limits import MAX_ITERATIONS, MAX_SIMULATED_SEQUENCES
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
-    p.add_argument("--iterations", "-n", type=positive_int("--iterations"), default=3,
+    p.add_argument("--iterations", "-n", type=positive_int("--iterations", MAX_ITERATIONS), default=3,
                    help="iterations to simulate (default 3)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
                    help="seed of the sampled sequence lengths (default 0)")
@@ -34,6 +36,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
+    if args.iterations * workload.samples > MAX_SIMULATED_SEQUENCES:
+        raise OptionError("--iterations", args.iterations,
+                          f"times {workload.samples:,} sequences per iteration is more than "
+                          f"{MAX_SIMULATED_SEQUENCES:,} sequences, the limit of one simulation")
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}
