@@ -30,6 +30,14 @@ def _shown(value: Any) -> str:
     return text
 
 
+def _printable(field: str) -> str:
+    """``field`` with control characters escaped (a key may hold a newline) and cut to
+    :data:`MAX_VALUE_CHARS` characters."""
+    text = field if field.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in field)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
+
+
 class FieldError(HetrlError):
     """A named input has a bad value: ``field`` (a dotted path such as ``nodes[2].gpu``, or an
     option such as ``--tp``), ``value`` the offending value and ``problem`` a short statement of
@@ -39,7 +47,7 @@ class FieldError(HetrlError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field} = {_shown(value)}: {problem}")
+        super().__init__(f"{_printable(field)} = {_shown(value)}: {problem}")
 
 
 class SpecError(FieldError, ValueError):
