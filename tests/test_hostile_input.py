@@ -224,3 +224,14 @@ def test_reading_dev_zero_is_bounded():
 def test_anchors_without_aliases_and_plain_files_still_load(tmp_path):
     path = hostile.write(tmp_path / "x.yaml", "a: &x 1\nb: [1, 2]\n")
     assert read_data(path) == {"a": 1, "b": [1, 2]}
+
+
+def test_regions_and_region_links_are_capped(capsys, tmp_path):
+    nodes = [{"gpu": "L4", "count": 1, "region": f"r{i}"} for i in range(65)]
+    path = hostile.write(tmp_path / "c.json", _cluster_nodes(*nodes))
+    code, _, err = run(capsys, "describe", path)
+    assert_user_error(code, err, "nodes = '65 regions'", "at most 64 regions", command="describe")
+    links = [{"a": f"r{i}", "b": f"s{i}", "latency_ms": 1, "bandwidth_gbps": 1} for i in range(2017)]
+    path = hostile.write(tmp_path / "c.json", _cluster_nodes({"gpu": "L4"}, region_links=links))
+    code, _, err = run(capsys, "describe", path)
+    assert_user_error(code, err, "region_links = '2017 links'", "at most 2016", command="describe")

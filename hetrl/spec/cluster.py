@@ -38,7 +38,7 @@ from hetrl.errors import (
     require,
     string,
 )
-from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
+from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_REGION_LINKS, MAX_REGIONS
 from hetrl.spec.hardware import GPUType, gpu_type
 
 SCHEMA_VERSION = 1
@@ -133,6 +133,12 @@ class ClusterSpec:
             boolean(f"nodes[{i}].edge", node.edge)
             if node.nic_gbps is not None:
                 _bandwidth(f"nodes[{i}].nic_gbps", node.nic_gbps)
+        regions = {node.region for node in self.nodes}
+        require(len(regions) <= MAX_REGIONS, "nodes", f"{len(regions)} regions",
+                f"at most {MAX_REGIONS} regions in a cluster")
+        require(len(self.region_links) <= MAX_REGION_LINKS, "region_links",
+                f"{len(self.region_links)} links", f"at most {MAX_REGION_LINKS} (one per pair of "
+                f"{MAX_REGIONS} regions)")
         total = sum(node.count for node in self.nodes)
         require(total <= MAX_GPUS, "nodes", f"{total} GPUs", f"at most {MAX_GPUS} GPUs in all")
         names = [g.name for g in self.gpu_types]
@@ -242,6 +248,9 @@ class ClusterSpec:
         types = tuple(GPUType.from_dict(g, f"gpu_types[{i}]")
                       for i, g in enumerate(data.get("gpu_types") or []))
         nodes = _nodes_from(data["nodes"], types)
+        require(len(data.get("region_links") or []) <= MAX_REGION_LINKS, "region_links",
+                f"{len(data.get('region_links') or [])} links",
+                f"at most {MAX_REGION_LINKS} (one per pair of {MAX_REGIONS} regions)")
         links = [_link_from(raw, f"region_links[{i}]")
                  for i, raw in enumerate(data.get("region_links") or [])]
         if "regions" in data:
