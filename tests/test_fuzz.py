@@ -84,6 +84,8 @@ def mutations(draw, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     doc = make()
     for _ in range(draw(st.integers(1, 3))):
         paths = _paths(doc)
+        if not paths:  # (everything was deleted)
+            break
         path = draw(st.sampled_from(paths))
         parent = doc
         for key in path[:-1]:
