@@ -104,7 +104,10 @@ class CalibrationRun:
         plan = _parse(f"{where}.meta.plan", Plan.from_dict, meta["plan"])
         _parse(f"{where}.meta.plan", lambda _: validate(plan, workload, cluster), None)
         require(len(trace.iterations) >= 1, f"{where}.iterations", [], "need at least one iteration")
-        return cls(trace, workload, cluster, plan)
+        run = cls(trace, workload, cluster, plan)
+        require(run.measured_iteration_s() > 0, f"{where}.iterations", list(trace.iterations),
+                "the measured iterations must last > 0 seconds (a fit compares logarithms)")
+        return run
 
     def measured_iteration_s(self) -> float:
         """Mean iteration time, after the first iteration when there are several, seconds."""

@@ -62,15 +62,22 @@ def nonnegative_int(option: str) -> Callable[[str], int]:
     return _number_type(option, int, lambda n: n >= 0, "must be an integer >= 0")
 
 
-def positive_int(option: str) -> Callable[[str], int]:
-    """The argparse type of an integer option >= 1 (sizes, counts, budgets)."""
-    return _number_type(option, int, lambda n: n >= 1, "must be an integer >= 1")
+def positive_int(option: str, most: int | None = None) -> Callable[[str], int]:
+    """The argparse type of an integer option >= 1 (sizes, counts, budgets), at most ``most``
+    (hetrl.limits)."""
+    if most is None:
+        return _number_type(option, int, lambda n: n >= 1, "must be an integer >= 1")
+    return _number_type(option, int, lambda n: 1 <= n <= most,
+                        f"must be an integer >= 1 and <= {most:,}")
 
 
-def positive_float(option: str) -> Callable[[str], float]:
-    """The argparse type of a number option, finite and > 0 (seconds, rates)."""
-    return _number_type(option, float, lambda x: math.isfinite(x) and x > 0,
-                        "must be a finite number > 0")
+def positive_float(option: str, most: float | None = None) -> Callable[[str], float]:
+    """The argparse type of a number option, finite and > 0 (seconds, rates), at most ``most``."""
+    if most is None:
+        return _number_type(option, float, lambda x: math.isfinite(x) and x > 0,
+                            "must be a finite number > 0")
+    return _number_type(option, float, lambda x: math.isfinite(x) and 0 < x <= most,
+                        f"must be a finite number > 0 and <= {most:g}")
 
 
 def output_path(option: str) -> Callable[[str], str]:

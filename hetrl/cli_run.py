@@ -15,6 +15,7 @@ from hetrl.cli import (
     positive_float,
     positive_int,
 )
+from hetrl.limits import MAX_ITERATIONS
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -24,7 +25,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="cluster preset or YAML/JSON: its GPU types become emulated Ray resources "
                         "and its topology the emulated network")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
-    p.add_argument("--iterations", "-n", type=positive_int("--iterations"), default=2,
+    p.add_argument("--iterations", "-n", type=positive_int("--iterations", MAX_ITERATIONS), default=2,
                    help="RL iterations to run (default 2)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
                    help="seed of data, sampling and model init (default 0)")

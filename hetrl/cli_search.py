@@ -13,6 +13,7 @@ from hetrl.cli import (
     positive_float,
     positive_int,
 )
+from hetrl.limits import MAX_BUDGET_EVALS, MAX_BUDGET_S
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -20,9 +21,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--scheduler", "-s", default="hetrl",
                    help="scheduler name (see `hetrl schedulers`; default hetrl)")
-    p.add_argument("--budget-s", type=positive_float("--budget-s"), default=None,
+    p.add_argument("--budget-s", type=positive_float("--budget-s", MAX_BUDGET_S), default=None,
                    help="wall-clock budget, seconds (--budget-s and/or --budget-evals is required)")
-    p.add_argument("--budget-evals", type=positive_int("--budget-evals"), default=None,
+    p.add_argument("--budget-evals", type=positive_int("--budget-evals", MAX_BUDGET_EVALS), default=None,
                    help="cost-model evaluations budget (deterministic with --seed)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
                    help="random seed (default 0)")

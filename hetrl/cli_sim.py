@@ -6,6 +6,8 @@ import argparse
 import json
 
 from hetrl.cli import command, emit, nonnegative_int, output_path, positive_int
+from hetrl.errors import OptionError
+from hetrl.limits import MAX_ITERATIONS, MAX_SIMULATED_SEQUENCES
 
 #: Exit code of ``hetrl simulate`` when the run stalled (a device lost and no re-plan): the
 #: simulation answered, and the answer is "stalled" (2 is bad input, 3 a plan that does not fit
@@ -17,7 +19,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
-    p.add_argument("--iterations", "-n", type=positive_int("--iterations"), default=3,
+    p.add_argument("--iterations", "-n", type=positive_int("--iterations", MAX_ITERATIONS), default=3,
                    help="iterations to simulate (default 3)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
                    help="seed of the sampled sequence lengths (default 0)")
@@ -43,6 +45,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
     require_plan_fits(plan, workload, cluster, params)
+    if args.iterations * workload.samples > MAX_SIMULATED_SEQUENCES:
+        raise OptionError("--iterations", args.iterations,
+                          f"times {workload.samples:,} sequences per iteration is more than "
+                          f"{MAX_SIMULATED_SEQUENCES:,} sequences, the limit of one simulation")
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}

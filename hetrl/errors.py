@@ -1,12 +1,41 @@
-"""Errors for user mistakes: each names the field, the value and the limit."""
+"""Errors for user mistakes: each names the field, the value and the limit.
+
+The checks below are type-first: a boolean is not an integer, a list is not a string, a string
+is not a number, and a number must be finite before its range is checked.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+#: Longest rendering of an offending value in a message (a long list or string is cut).
+MAX_VALUE_CHARS = 200
 
 
 class HetrlError(Exception):
     """Base of every error caused by bad input; the CLI prints it in one line and exits 2."""
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to :data:`MAX_VALUE_CHARS` characters (one short line)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int over Python's digit limit, a deep structure
+        text = f"<{type(value).__name__}>"
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[:MAX_VALUE_CHARS - 20] + f"... ({len(text)} chars)"
+    return text
+
+
+def _printable(field: str) -> str:
+    """``field`` with control characters escaped (a key may hold a newline) and cut to
+    :data:`MAX_VALUE_CHARS` characters."""
+    text = field if field.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in field)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
 
 
 class FieldError(HetrlError):
@@ -18,7 +47,7 @@ class FieldError(HetrlError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field} = {value!r}: {problem}")
+        super().__init__(f"{_printable(field)} = {_shown(value)}: {problem}")
 
 
 class SpecError(FieldError, ValueError):
@@ -41,21 +70,90 @@ def require(cond: bool, field: str, value: Any, problem: str) -> None:
         raise SpecError(field, value, problem)
 
 
-def positive(field: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite number > 0, else raise."""
+def is_int(value: Any) -> bool:
+    """An integer that is not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A real number (int or float, numpy's too) that is not a boolean; may be inf or NaN."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def finite_number(field: str, value: Any, lo: float | None = None, hi: float | None = None,
+                  unit: str = "") -> float:
+    """``value`` as a float if it is a finite real number (not a bool, not a string) in
+    [``lo``, ``hi``] (either may be None: unbounded), else raise. ``unit`` names the unit."""
+    units = f" ({unit})" if unit else ""
+    require(is_number(value), field, value, f"must be a number{units}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field, value, "must be a number") from None
-    require(number == number and number not in (float("inf"), float("-inf")), field, value,
-            "must be finite")
-    require(number > 0, field, value, "must be > 0")
+    except OverflowError:  # an integer beyond a float's range
+        number = math.inf
+    if lo is not None and hi is not None:  # one message for the range: [lo, hi]
+        require(math.isfinite(number) and lo <= number <= hi, field, value,
+                f"must be a finite number in [{lo:g}, {hi:g}]{units}")
+        return number
+    require(math.isfinite(number), field, value, f"must be finite{units}")
+    if lo is not None:
+        require(number >= lo, field, value, f"must be >= {lo:g}{units}")
+    if hi is not None:
+        require(number <= hi, field, value, f"must be <= {hi:g}{units}")
     return number
 
 
-def positive_int(field: str, value: Any) -> int:
-    """Return ``value`` as an int if it is an integer >= 1, else raise."""
-    require(isinstance(value, int) and not isinstance(value, bool), field, value,
-            "must be an integer")
-    require(value >= 1, field, value, "must be >= 1")
+def positive(field: str, value: Any, hi: float | None = None) -> float:
+    """Return ``value`` as a float if it is a finite number > 0 (and <= ``hi``), else raise."""
+    number = finite_number(field, value)
+    require(number > 0, field, value, "must be > 0")
+    if hi is not None:
+        require(number <= hi, field, value, f"must be <= {hi:g}")
+    return number
+
+
+def integer(field: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """Return ``value`` if it is an integer (not a bool, not a float) in [``lo``, ``hi``]."""
+    require(is_int(value), field, value, "must be an integer")
+    if lo is not None:
+        require(value >= lo, field, value, f"must be >= {lo}")
+    if hi is not None:
+        require(value <= hi, field, value, f"must be <= {hi:,}")
+    return value
+
+
+def positive_int(field: str, value: Any, hi: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer >= 1 (and <= ``hi``), else raise."""
+    return integer(field, value, 1, hi)
+
+
+def boolean(field: str, value: Any) -> bool:
+    """Return ``value`` if it is true or false (a YAML boolean, not a string or a number)."""
+    require(isinstance(value, bool), field, value,
+            "must be true or false (a YAML boolean, not a string)")
+    return value
+
+
+def string(field: str, value: Any, nonempty: bool = True) -> str:
+    """Return ``value`` if it is a string (non-empty unless ``nonempty`` is false)."""
+    require(isinstance(value, str), field, value, "must be a string")
+    require(not nonempty or value.strip() != "", field, value, "must be a non-empty string")
+    return value
+
+
+def one_of(field: str, value: Any, choices: Sequence[str] | Mapping[str, Any]) -> str:
+    """Return ``value`` if it is one of the string ``choices``."""
+    require(isinstance(value, str) and value in choices, field, value,
+            f"must be one of {list(choices)}")
+    return value
+
+
+def mapping(field: str, value: Any, problem: str = "must be a mapping") -> Mapping[str, Any]:
+    """Return ``value`` if it is a mapping."""
+    require(isinstance(value, Mapping), field, value, problem)
+    return value
+
+
+def listing(field: str, value: Any, problem: str = "must be a list") -> Sequence[Any]:
+    """Return ``value`` if it is a list or a tuple (not a string, not a mapping)."""
+    require(isinstance(value, list | tuple), field, value, problem)
     return value

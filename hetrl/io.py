@@ -1,4 +1,8 @@
-"""The only place that reads and writes files: specs and plans from YAML/JSON, atomic writes."""
+"""The only place that reads and writes files: specs and plans from YAML/JSON, atomic writes.
+
+Every file is read through :func:`read_data`: size-capped, UTF-8, no YAML aliases, bounded
+nesting, unique string keys (hetrl.limits holds the caps; docs/reliability.md explains them).
+"""
 
 from __future__ import annotations
 
@@ -12,29 +16,51 @@ from typing import Any
 import yaml
 
 from hetrl.errors import HetrlError, SpecError
+from hetrl.limits import MAX_FILE_BYTES, MAX_NESTING, MAX_YAML_BYTES
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS, cluster_preset, workload_preset
 from hetrl.spec.workload import WorkloadSpec
 
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where present
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error (the last
-    one would silently win: a typo must never pass silently)."""
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader, except that a mapping's keys must be strings and a key repeated in
+    one mapping is an error (the last one would silently win: a typo must never pass silently).
+    Aliases and deep nesting are refused before this loader runs (:func:`_check_events`)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
+        seen: set[str] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key: PyYAML's own error says so
-                break
-            if duplicate:
+            if not isinstance(key, str):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"keys must be strings, not {type(key).__name__} "
+                    f"({key_node.value!r:.40}: quote it)", key_node.start_mark)
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_events(text: str) -> None:
+    """Refuse aliases (``*name``: an alias bomb expands a few hundred bytes into gigabytes) and
+    nesting deeper than :data:`MAX_NESTING`, scanning the parser's events (no recursion)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not accepted: write the value out",
+                event.start_mark)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -47,6 +73,22 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _nesting(data: Any) -> int:
+    """How deeply lists and mappings nest in ``data`` (iteratively: no recursion to blow up)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _where(exc: Exception) -> str:
     """' at line L, column C' of a parse error, where the parser says."""
     mark = getattr(exc, "problem_mark", None)
@@ -57,28 +99,67 @@ def _where(exc: Exception) -> str:
     return ""
 
 
-def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
-    """Parse a YAML or JSON file (JSON is YAML) into a mapping; errors name the file, and for
-    malformed text the line and column."""
-    p = Path(path)
+def _read_bytes(p: Path, what: str, cap: int) -> bytes:
+    """At most ``cap`` bytes of ``p``; more is an error (read bounded: /dev/zero ends too)."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(what, str(p), "cannot read: not UTF-8 text") from None
+        with p.open("rb") as fh:
+            raw = fh.read(cap + 1)
     except OSError as exc:
         raise SpecError(what, str(p), f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > cap:
+        raise SpecError(what, str(p), f"file is larger than {cap:,} bytes, the limit for "
+                                      f"{'JSON' if cap == MAX_FILE_BYTES else 'YAML (write JSON)'}")
+    return raw
+
+
+def parse_text(text: str, is_json: bool) -> Any:
+    """A YAML or JSON document as Python data, refusing aliases, deep nesting, repeated keys and
+    (YAML) keys that are not strings. Raises ``ValueError`` (json/yaml's errors included) or
+    ``yaml.YAMLError`` with the parser's message."""
+    if is_json:
+        try:
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+        except RecursionError:
+            raise ValueError(f"nested deeper than {MAX_NESTING} levels") from None
+    else:
+        _check_events(text)
+        data = yaml.load(text, _StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+    if _nesting(data) > MAX_NESTING:
+        raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+    return data
+
+
+def read_data(path: str | Path, what: str = "file") -> Any:
+    """Parse a YAML or JSON file (``.json``: JSON; anything else: YAML, of which JSON is a
+    subset) safely: at most :data:`MAX_FILE_BYTES` (JSON) or :data:`MAX_YAML_BYTES` (YAML), UTF-8,
+    no aliases, nesting at most :data:`MAX_NESTING`. Every problem is one :class:`SpecError`
+    naming the file (``what`` names the kind of file), and for malformed text the line and
+    column. The one function every file reader uses."""
+    p = Path(path)
+    is_json = p.suffix.lower() == ".json"
+    raw = _read_bytes(p, what, MAX_FILE_BYTES if is_json else MAX_YAML_BYTES)
     try:
-        data = (json.loads(text, object_pairs_hook=_unique_pairs) if p.suffix == ".json"
-                else yaml.load(text, _UniqueKeyLoader))
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SpecError(what, str(p), "cannot read: not UTF-8 text") from None
+    try:
+        return parse_text(text, is_json)
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as exc:
         if isinstance(exc, json.JSONDecodeError):
             problem = exc.msg
-        else:
+        elif isinstance(exc, yaml.YAMLError):
             problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise SpecError(what, str(p), f"malformed {p.suffix.lstrip('.') or 'YAML'}: {problem}"
-                                      f"{_where(exc)}") from None
+        else:  # a number with too many digits, nesting too deep
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0].split(";")[0]
+        raise SpecError(what, str(p), f"malformed {p.suffix.lstrip('.') or 'YAML'}: "
+                                      f"{problem}{_where(exc)}") from None
+
+
+def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
+    """:func:`read_data` of a file that must hold a mapping at the top level."""
+    data = read_data(path, what)
     if not isinstance(data, dict):
-        raise SpecError(what, str(p), "must contain a mapping at the top level")
+        raise SpecError(what, str(path), "must contain a mapping at the top level")
     return data
 
 

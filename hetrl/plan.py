@@ -18,7 +18,15 @@ from itertools import chain
 from typing import Any
 
 from hetrl import __version__
-from hetrl.errors import SpecError, require
+from hetrl.errors import (
+    SpecError,
+    boolean,
+    integer,
+    is_int,
+    one_of,
+    require,
+    string,
+)
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.model import ModelShape
 from hetrl.spec.tasks import COLOCATED_WITH
@@ -137,15 +145,15 @@ class TaskPlacement:
             isinstance(w, int | float) and not isinstance(w, bool) for w in weights),
             f"{field_name}.data_weights", weights, "must be a list of numbers, one per replica")
         return cls(
-            task=str(data["task"]),
+            task=string(f"{field_name}.task", data["task"]),
             dp=data["dp"],
             pp=data["pp"],
             tp=data["tp"],
             devices=tuple(tuple(tuple(stage) for stage in replica) for replica in grid),
             layers_per_stage=tuple(data["layers_per_stage"]),
             data_weights=tuple(float(w) for w in data["data_weights"]),
-            backend=data.get("backend", "megatron"),
-            offload=data.get("offload", False),
+            backend=one_of(f"{field_name}.backend", data.get("backend", "megatron"), BACKENDS),
+            offload=boolean(f"{field_name}.offload", data.get("offload", False)),
         )
 
 
@@ -226,7 +234,7 @@ class Plan:
         for key in data:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         version = data.get("schema_version", SCHEMA_VERSION)
-        require(version == SCHEMA_VERSION, "schema_version", version,
+        require(is_int(version) and version == SCHEMA_VERSION, "schema_version", version,
                 f"this hetrl reads plan version {SCHEMA_VERSION}")
         for key in ("groups", "placements"):
             require(isinstance(data.get(key), list), key, data.get(key), "must be a list")
@@ -234,20 +242,27 @@ class Plan:
         for i, g in enumerate(data["groups"]):
             require(isinstance(g, Mapping) and set(g) == {"tasks", "devices"}, f"groups[{i}]", g,
                     "must be a mapping with exactly 'tasks' and 'devices'")
-            require(isinstance(g["tasks"], list | tuple), f"groups[{i}].tasks", g["tasks"],
-                    "must be a list of task names")
+            require(isinstance(g["tasks"], list | tuple) and all(
+                isinstance(t, str) for t in g["tasks"]), f"groups[{i}].tasks", g["tasks"],
+                "must be a list of task names")
             require(isinstance(g["devices"], list) and all(
                 isinstance(d, int) and not isinstance(d, bool) for d in g["devices"]),
                 f"groups[{i}].devices", g["devices"], "must be a list of device ids")
             groups.append(TaskGroup(tuple(str(t) for t in g["tasks"]), tuple(g["devices"])))
         placements = tuple(TaskPlacement.from_dict(p, f"placements[{i}]")
                            for i, p in enumerate(data["placements"]))
-        prov = data.get("provenance") or {}
+        prov = data.get("provenance")
+        prov = {} if prov is None else prov
         require(isinstance(prov, Mapping), "provenance", prov, "must be a mapping")
         prov_known = set(Provenance.__dataclass_fields__)
         for key in prov:
             require(key in prov_known, f"provenance.{key}", prov[key],
                     f"unknown key; known keys: {sorted(prov_known)}")
+        for key in ("scheduler", "version", "note"):
+            if key in prov:
+                string(f"provenance.{key}", prov[key], nonempty=False)
+        if prov.get("seed") is not None:
+            integer("provenance.seed", prov["seed"])
         return cls(tuple(groups), placements, Provenance(**prov), version)
 
 
@@ -352,14 +367,17 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
     require(len(p.layers_per_stage) == p.pp, f"{f}.layers_per_stage", list(p.layers_per_stage),
             f"must list pp = {p.pp} stages")
     for j, n in enumerate(p.layers_per_stage):
-        require(isinstance(n, int) and n >= 1, f"{f}.layers_per_stage[{j}]", n,
-                "must be an integer >= 1")
+        require(is_int(n) and n >= 1, f"{f}.layers_per_stage[{j}]", n,
+                "must be an integer >= 1 (not a boolean)")
     require(sum(p.layers_per_stage) == model.layers, f"{f}.layers_per_stage",
             list(p.layers_per_stage), f"must sum to {model.name}'s {model.layers} layers")
     require(len(p.data_weights) == p.dp, f"{f}.data_weights", list(p.data_weights),
             f"must list dp = {p.dp} weights")
     for i, w in enumerate(p.data_weights):
         require(math.isfinite(w) and w > 0, f"{f}.data_weights[{i}]", w, "must be finite and > 0")
+    total = sum(p.data_weights)
+    require(math.isfinite(total), f"{f}.data_weights", list(p.data_weights),
+            "must have a finite sum (each replica's share is its weight over the sum)")
 
 
 # --- constructors -------------------------------------------------------------------------------

@@ -13,7 +13,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetrl.errors import SpecError, require
+from hetrl.errors import (
+    finite_number,
+    integer,
+    is_int,
+    listing,
+    mapping,
+    one_of,
+    require,
+    string,
+)
 
 SCHEMA_VERSION = 1
 SPAN_KINDS = ("task", "tasklet", "transfer", "collective", "fault")
@@ -45,13 +54,24 @@ class Span:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], field_name: str = "span") -> Span:
+        f = field_name
+        require(isinstance(d, Mapping), f, d, "must be a mapping")
+        known = set(cls.__dataclass_fields__)
+        for key in d:
+            require(key in known, f"{f}.{key}", d[key], f"unknown key; known keys: {sorted(known)}")
         for key in ("name", "kind", "task", "iteration", "start_s", "end_s"):
-            require(key in d, f"{field_name}.{key}", None, "is required")
-        require(d["kind"] in SPAN_KINDS, f"{field_name}.kind", d["kind"],
-                f"must be one of {list(SPAN_KINDS)}")
-        return cls(str(d["name"]), str(d["kind"]), str(d["task"]), int(d["iteration"]),
-                   float(d["start_s"]), float(d["end_s"]), tuple(int(x) for x in d.get("devices", [])),
-                   float(d.get("bytes", 0.0)), dict(d.get("meta") or {}))
+            require(key in d, f"{f}.{key}", None, "is required")
+        start = finite_number(f"{f}.start_s", d["start_s"], unit="seconds")
+        end = finite_number(f"{f}.end_s", d["end_s"], lo=start, unit="seconds (>= start_s)")
+        devices = d.get("devices", [])
+        require(isinstance(devices, list | tuple) and all(is_int(x) and x >= 0 for x in devices),
+                f"{f}.devices", devices, "must be a list of device ids")
+        meta = {} if d.get("meta") is None else d["meta"]
+        return cls(string(f"{f}.name", d["name"], nonempty=False), one_of(f"{f}.kind", d["kind"], SPAN_KINDS),
+                   string(f"{f}.task", d["task"], nonempty=False), integer(f"{f}.iteration", d["iteration"], lo=0),
+                   start, end, tuple(devices),
+                   finite_number(f"{f}.bytes", d.get("bytes", 0.0), lo=0, unit="bytes"),
+                   dict(mapping(f"{f}.meta", meta)))
 
 
 @dataclass(frozen=True)
@@ -101,17 +121,29 @@ class Trace:
     def from_dict(cls, d: Mapping[str, Any]) -> Trace:
         require(isinstance(d, Mapping), "trace", type(d).__name__, "must be a mapping")
         version = d.get("schema_version", SCHEMA_VERSION)
-        require(version == SCHEMA_VERSION, "trace.schema_version", version,
+        require(is_int(version) and version == SCHEMA_VERSION, "trace.schema_version", version,
                 f"this hetrl reads trace version {SCHEMA_VERSION}")
+        known = {"schema_version", "source", "workload", "cluster", "spans", "iterations", "meta"}
+        for key in d:
+            require(key in known, f"trace.{key}", d[key], f"unknown key; known keys: {sorted(known)}")
         for key in ("source", "workload", "cluster", "spans", "iterations"):
             require(key in d, f"trace.{key}", None, "is required")
-        try:
-            iterations = tuple((float(a), float(b)) for a, b in d["iterations"])
-        except (TypeError, ValueError):
-            raise SpecError("trace.iterations", d["iterations"], "must be [start_s, end_s] pairs") from None
-        return cls(str(d["source"]), str(d["workload"]), str(d["cluster"]),
+        listing("trace.iterations", d["iterations"], "must be a list of [start_s, end_s] pairs")
+        iterations = []
+        for i, pair in enumerate(d["iterations"]):
+            f = f"trace.iterations[{i}]"
+            require(isinstance(pair, list | tuple) and len(pair) == 2, f, pair,
+                    "must be a [start_s, end_s] pair")
+            start = finite_number(f"{f}[0]", pair[0], unit="seconds")
+            iterations.append((start, finite_number(f"{f}[1]", pair[1], lo=start,
+                                                    unit="seconds (>= start_s): a duration >= 0")))
+        listing("trace.spans", d["spans"], "must be a list of spans")
+        meta = {} if d.get("meta") is None else d["meta"]
+        return cls(string("trace.source", d["source"], nonempty=False),
+                   string("trace.workload", d["workload"], nonempty=False),
+                   string("trace.cluster", d["cluster"], nonempty=False),
                    tuple(Span.from_dict(s, f"trace.spans[{i}]") for i, s in enumerate(d["spans"])),
-                   iterations, dict(d.get("meta") or {}), version)
+                   tuple(iterations), dict(mapping("trace.meta", meta)), version)
 
     def to_chrome(self) -> dict[str, Any]:
         """Chrome trace events: one process per device ("pid"), one thread per span kind."""

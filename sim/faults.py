@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetrl.errors import positive, require
+from hetrl.errors import finite_number, integer, is_int, one_of, positive, positive_int, require
+from hetrl.limits import MAX_BUDGET_EVALS, MAX_FAULT_EVENTS
 from sim.guards import HORIZON_S
 
 KINDS = ("device_lost", "node_lost", "link_degraded", "straggler")
@@ -62,17 +63,15 @@ class FaultScenario:
         for key in data:
             require(key in ("events", "replan"), f"faults.{key}", data[key],
                     "unknown key; known keys: events, replan")
-        raw = data.get("events") or []
+        raw = data.get("events")
+        raw = [] if raw is None else raw
         require(isinstance(raw, list), "faults.events", raw, "must be a list")
         events = []
         for i, e in enumerate(raw):
             f = f"faults.events[{i}]"
             require(isinstance(e, Mapping), f, e, "must be a mapping")
-            require(e.get("kind") in KINDS, f"{f}.kind", e.get("kind"), f"must be one of {list(KINDS)}")
-            at = e.get("at_s")
-            require(isinstance(at, int | float) and not isinstance(at, bool)
-                    and 0 <= at <= HORIZON_S, f"{f}.at_s", at,
-                    f"must be a number of seconds in [0, {HORIZON_S:.0e}]")
+            one_of(f"{f}.kind", e.get("kind"), KINDS)
+            at = finite_number(f"{f}.at_s", e.get("at_s"), lo=0, hi=HORIZON_S, unit="seconds")
             kind = e["kind"]
             allowed = {"at_s", "kind"} | {
                 "device_lost": {"device"}, "node_lost": {"node"}, "straggler": {"device", "slowdown"},
@@ -81,13 +80,15 @@ class FaultScenario:
                 require(key in allowed, f"{f}.{key}", e[key], f"not a field of {kind}: {sorted(allowed)}")
             if kind == "node_lost":
                 known = nodes or {}
-                require(e.get("node") in known, f"{f}.node", e.get("node"),
-                        f"not a node of the cluster: {sorted(known)}")
+                require(isinstance(e.get("node"), str) and e["node"] in known, f"{f}.node",
+                        e.get("node"), f"not a node of the cluster: {sorted(known)}")
                 events += [FaultEvent(float(at), "device_lost", d) for d in known[e["node"]]]
+                require(len(events) <= MAX_FAULT_EVENTS, f, e,
+                        f"a scenario holds at most {MAX_FAULT_EVENTS:,} events")
                 continue
             if kind in ("device_lost", "straggler"):
                 d = e.get("device")
-                require(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices,
+                require(is_int(d) and 0 <= d < num_devices,
                         f"{f}.device", d, f"must be a device id in 0..{num_devices - 1}")
             if kind == "straggler":
                 s = positive(f"{f}.slowdown", e.get("slowdown", 1.0))
@@ -96,15 +97,17 @@ class FaultScenario:
             pair = None
             if kind == "link_degraded":
                 pair = e.get("regions")
-                require(isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] != pair[1],
+                require(isinstance(pair, list | tuple) and len(pair) == 2
+                        and all(isinstance(r, str) for r in pair) and pair[0] != pair[1],
                         f"{f}.regions", pair, "must be two different region names")
                 for r in pair:
                     require(r in regions, f"{f}.regions", r, f"not a region of the cluster: {list(regions)}")
                 bf = positive(f"{f}.bandwidth_factor", e.get("bandwidth_factor", 1.0))
                 require(bf <= 1.0, f"{f}.bandwidth_factor", bf, "must be in (0, 1]")
-                lat = e.get("extra_latency_ms", 0.0)
-                require(isinstance(lat, int | float) and 0 <= lat <= 1000, f"{f}.extra_latency_ms",
-                        lat, "must be in [0, 1000] ms")
+                finite_number(f"{f}.extra_latency_ms", e.get("extra_latency_ms", 0.0), 0, 1000,
+                              "milliseconds")
+            require(len(events) < MAX_FAULT_EVENTS, f, e,
+                    f"a scenario holds at most {MAX_FAULT_EVENTS:,} events")
             events.append(FaultEvent(
                 float(at), kind, e.get("device"), tuple(pair) if pair else None,
                 float(e.get("bandwidth_factor", 1.0)), float(e.get("extra_latency_ms", 0.0)),
@@ -117,15 +120,15 @@ class FaultScenario:
                 require(key in Replan.__dataclass_fields__, f"faults.replan.{key}", r[key],
                         f"unknown key; known: {sorted(Replan.__dataclass_fields__)}")
             replan = Replan(**r)
-            require(replan.budget_evals >= 1, "faults.replan.budget_evals", replan.budget_evals, "must be >= 1")
-            delay = replan.delay_s
-            require(isinstance(delay, int | float) and not isinstance(delay, bool)
-                    and 0 <= delay <= HORIZON_S, "faults.replan.delay_s", delay,
-                    f"must be a number of seconds in [0, {HORIZON_S:.0e}]")
+            positive_int("faults.replan.budget_evals", replan.budget_evals, MAX_BUDGET_EVALS)
+            finite_number("faults.replan.delay_s", replan.delay_s, lo=0, hi=HORIZON_S,
+                          unit="seconds")
+            integer("faults.replan.seed", replan.seed, lo=0)
             from hetrl.search import SCHEDULERS, load_all
 
             load_all()  # checked now, not when the fault fires
-            require(replan.scheduler in SCHEDULERS, "faults.replan.scheduler", replan.scheduler,
+            require(isinstance(replan.scheduler, str) and replan.scheduler in SCHEDULERS,
+                    "faults.replan.scheduler", replan.scheduler,
                     f"unknown scheduler; known: {sorted(SCHEDULERS)}")
         return cls(tuple(sorted(events, key=lambda e: e.at_s)), replan)
 

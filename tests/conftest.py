@@ -16,6 +16,11 @@ from hetrl.spec.workload import WorkloadSpec
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, max_examples=200)
+# The fuzz tests (tests/test_fuzz.py, marker ``fuzz``) run a few examples per loader under "ci"
+# (a few seconds in all) and 10,000 per loader under "long":
+#   pytest -m fuzz --hypothesis-profile long
+settings.register_profile("long", deadline=None, max_examples=10_000, derandomize=False,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

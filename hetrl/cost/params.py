@@ -14,7 +14,7 @@ from functools import cached_property
 from numbers import Real
 from typing import Any
 
-from hetrl.errors import SpecError, require
+from hetrl.errors import SpecError, is_int, require
 
 #: Kernel kinds with an efficiency factor, and the default achieved/peak of each.
 KERNEL_KINDS: dict[str, float] = {
@@ -104,6 +104,10 @@ class CostParams:
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden"):
             _number(f"params.{key}", getattr(self, key))
+        for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
+                    "optimizer_step_hbm_bytes"):
+            require(is_int(getattr(self, key)), f"params.{key}", getattr(self, key),
+                    "must be an integer")
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
@@ -195,6 +199,7 @@ class CostParams:
         require(isinstance(raw_per, Mapping), "params.per_gpu", raw_per,
                 "must be a mapping gpu -> {kind: value}")
         for g, kinds in raw_per.items():
+            require(isinstance(g, str), "params.per_gpu", g, "GPU type names must be strings")
             require(isinstance(kinds, Mapping), f"params.per_gpu.{g}", kinds,
                     "must be a mapping kind -> efficiency")
         # built-in short names (A100) mean their type (A100-80GB), as in cluster files

@@ -27,7 +27,18 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from hetrl.errors import SpecError, positive, positive_int, require
+from hetrl.errors import (
+    SpecError,
+    boolean,
+    finite_number,
+    is_int,
+    is_number,
+    positive,
+    positive_int,
+    require,
+    string,
+)
+from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_REGION_LINKS, MAX_REGIONS
 from hetrl.spec.hardware import GPUType, gpu_type
 
 SCHEMA_VERSION = 1
@@ -105,19 +116,43 @@ class ClusterSpec:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        string("name", self.name)
         require(len(self.nodes) >= 1, "nodes", len(self.nodes), "need at least one node")
-        names = [n.name for n in self.nodes]
-        dup = {n for n in names if names.count(n) > 1}
-        require(not dup, "nodes.name", sorted(dup)[0] if dup else None, "node names must be unique")
+        require(len(self.nodes) <= MAX_NODES, "nodes", len(self.nodes),
+                f"at most {MAX_NODES} nodes (after repeat)")
+        seen: set[str] = set()
         for i, node in enumerate(self.nodes):
+            string(f"nodes[{i}].name", node.name)
+            require(node.name not in seen, "nodes.name", node.name, "node names must be unique")
+            seen.add(node.name)
+            string(f"nodes[{i}].gpu", node.gpu)
             gpu_type(node.gpu, self.gpu_types, field=f"nodes[{i}].gpu")
-            positive_int(f"nodes[{i}].count", node.count)
-            require(node.count <= 64, f"nodes[{i}].count", node.count, "must be <= 64 GPUs per node")
-            require(bool(node.region), f"nodes[{i}].region", node.region, "must be non-empty")
+            positive_int(f"nodes[{i}].count", node.count, MAX_GPUS_PER_NODE)
+            string(f"nodes[{i}].region", node.region)
+            string(f"nodes[{i}].zone", node.zone)
+            boolean(f"nodes[{i}].edge", node.edge)
             if node.nic_gbps is not None:
                 _bandwidth(f"nodes[{i}].nic_gbps", node.nic_gbps)
+        regions = {node.region for node in self.nodes}
+        require(len(regions) <= MAX_REGIONS, "nodes", f"{len(regions)} regions",
+                f"at most {MAX_REGIONS} regions in a cluster")
+        require(len(self.region_links) <= MAX_REGION_LINKS, "region_links",
+                f"{len(self.region_links)} links", f"at most {MAX_REGION_LINKS} (one per pair of "
+                f"{MAX_REGIONS} regions)")
+        total = sum(node.count for node in self.nodes)
+        require(total <= MAX_GPUS, "nodes", f"{total} GPUs", f"at most {MAX_GPUS} GPUs in all")
+        names = [g.name for g in self.gpu_types]
+        require(len(set(names)) == len(names), "gpu_types", names, "each type name at most once")
+        pairs: dict[frozenset[str], int] = {}
         for i, link in enumerate(self.region_links):
+            string(f"region_links[{i}].a", link.a)
+            string(f"region_links[{i}].b", link.b)
             require(link.a != link.b, f"region_links[{i}].b", link.b, "must differ from a")
+            pair = frozenset((link.a, link.b))
+            require(pair not in pairs, f"region_links[{i}]", [link.a, link.b],
+                    f"this pair of regions (either order) is already linked by "
+                    f"region_links[{pairs.get(pair)}]: list each pair once")
+            pairs[pair] = i
             _latency(f"region_links[{i}].latency_ms", link.latency_ms)
             _bandwidth(f"region_links[{i}].bandwidth_gbps", link.bandwidth_gbps)
         net = self.network
@@ -127,7 +162,8 @@ class ClusterSpec:
             _latency(f"network.{key}", getattr(net, key))
         for key in ("inter_zone_bandwidth_gbps", "edge_bandwidth_gbps"):
             _bandwidth(f"network.{key}", getattr(net, key))
-        require(self.schema_version == SCHEMA_VERSION, "schema_version", self.schema_version,
+        require(is_int(self.schema_version) and self.schema_version == SCHEMA_VERSION,
+                "schema_version", self.schema_version,
                 f"this hetrl reads version {SCHEMA_VERSION}")
         self.topology  # noqa: B018  -- builds the graph now so a disconnected one fails fast
 
@@ -207,10 +243,14 @@ class ClusterSpec:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         require("nodes" in data, "nodes", None, "is required")
         for key in ("gpu_types", "region_links"):
-            require(isinstance(data.get(key) or [], list), key, data.get(key), "must be a list")
+            require(data.get(key) is None or isinstance(data[key], list), key, data.get(key),
+                    "must be a list")
         types = tuple(GPUType.from_dict(g, f"gpu_types[{i}]")
                       for i, g in enumerate(data.get("gpu_types") or []))
         nodes = _nodes_from(data["nodes"], types)
+        require(len(data.get("region_links") or []) <= MAX_REGION_LINKS, "region_links",
+                f"{len(data.get('region_links') or [])} links",
+                f"at most {MAX_REGION_LINKS} (one per pair of {MAX_REGIONS} regions)")
         links = [_link_from(raw, f"region_links[{i}]")
                  for i, raw in enumerate(data.get("region_links") or [])]
         if "regions" in data:
@@ -221,7 +261,7 @@ class ClusterSpec:
             given = {frozenset((link.a, link.b)) for link in links}
             used = list(dict.fromkeys(n.region for n in nodes))
             links += [lk for lk in aws_region_links(used) if frozenset((lk.a, lk.b)) not in given]
-        net_raw = data.get("network") or {}
+        net_raw = {} if data.get("network") is None else data["network"]
         require(isinstance(net_raw, Mapping), "network", net_raw, "must be a mapping")
         net_known = set(NetworkParams.__dataclass_fields__)
         for key in net_raw:
@@ -229,7 +269,7 @@ class ClusterSpec:
                     f"unknown key; known keys: {sorted(net_known)}")
         network = NetworkParams(**{k: positive(f"network.{k}", v) for k, v in net_raw.items()})
         return cls(
-            name=str(data.get("name", "custom")),
+            name=string("name", data.get("name", "custom")),
             nodes=nodes,
             region_links=tuple(links),
             network=network,
@@ -239,11 +279,9 @@ class ClusterSpec:
 
 
 def _latency(field_name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field_name, value, "must be a number of milliseconds") from None
-    require(v == v and 0 <= v <= MAX_ONE_WAY_LATENCY_MS, field_name, value,
+    require(is_number(value), field_name, value, "must be a number of milliseconds")
+    v = finite_number(field_name, value, unit="milliseconds")
+    require(0 <= v <= MAX_ONE_WAY_LATENCY_MS, field_name, value,
             f"one-way latency must be in [0, {MAX_ONE_WAY_LATENCY_MS:g}] ms (units: milliseconds)")
     return v
 
@@ -258,28 +296,39 @@ def _bandwidth(field_name: str, value: Any) -> float:
 def _nodes_from(raw: Any, types: tuple[GPUType, ...]) -> tuple[NodeSpec, ...]:
     require(isinstance(raw, list) and raw, "nodes", raw, "must be a non-empty list")
     known = {"name", "gpu", "count", "region", "zone", "nic_gbps", "edge", "repeat"}
-    out: list[NodeSpec] = []
+    entries = []
+    nodes = gpus = 0
+    # every entry is checked, and the totals capped, before any node is built: a huge
+    # ``repeat`` costs nothing
     for i, entry in enumerate(raw):
         f = f"nodes[{i}]"
         require(isinstance(entry, Mapping), f, entry, "must be a mapping")
         for key in entry:
             require(key in known, f"{f}.{key}", entry[key], f"unknown key; known keys: {sorted(known)}")
         require("gpu" in entry, f"{f}.gpu", None, "is required")
-        gpu = gpu_type(str(entry["gpu"]), types, field=f"{f}.gpu").name
-        repeat = positive_int(f"{f}.repeat", entry.get("repeat", 1))
-        count = positive_int(f"{f}.count", entry.get("count", 8))
+        gpu = gpu_type(string(f"{f}.gpu", entry["gpu"]), types, field=f"{f}.gpu").name
+        repeat = positive_int(f"{f}.repeat", entry.get("repeat", 1), MAX_NODES)
         # checked here too, so that the error names the entry in the file, not its repeats
-        require(count <= 64, f"{f}.count", count, "must be <= 64 GPUs per node")
-        edge = entry.get("edge", False)
-        require(isinstance(edge, bool), f"{f}.edge", edge, "must be true or false")
+        count = positive_int(f"{f}.count", entry.get("count", 8), MAX_GPUS_PER_NODE)
+        nodes, gpus = nodes + repeat, gpus + repeat * count
+        require(nodes <= MAX_NODES, f"{f}.repeat", repeat,
+                f"makes {nodes} nodes; at most {MAX_NODES} nodes in a cluster")
+        require(gpus <= MAX_GPUS, f"{f}.repeat" if repeat > 1 else f"{f}.count",
+                repeat if repeat > 1 else count,
+                f"makes {gpus} GPUs; at most {MAX_GPUS} GPUs in a cluster")
+        edge = boolean(f"{f}.edge", entry.get("edge", False))
         nic = entry.get("nic_gbps")
+        nic = None if nic is None else _bandwidth(f"{f}.nic_gbps", nic)
+        name = string(f"{f}.name", entry["name"]) if "name" in entry else None
+        region = string(f"{f}.region", entry.get("region", "local"))
+        zone = string(f"{f}.zone", entry.get("zone", "a"))
+        entries.append((name, gpu, count, region, zone, nic, edge, repeat))
+    out: list[NodeSpec] = []
+    for name, gpu, count, region, zone, nic, edge, repeat in entries:
         for r in range(repeat):
-            base = entry.get("name") or f"n{len(out)}-{gpu}"
-            name = base if repeat == 1 else f"{base}.{r}" if entry.get("name") else f"n{len(out)}-{gpu}"
-            out.append(NodeSpec(
-                name=str(name), gpu=gpu, count=count, region=str(entry.get("region", "local")),
-                zone=str(entry.get("zone", "a")),
-                nic_gbps=None if nic is None else _bandwidth(f"{f}.nic_gbps", nic), edge=edge))
+            node = (name if repeat == 1 else f"{name}.{r}") if name else f"n{len(out)}-{gpu}"
+            out.append(NodeSpec(name=node, gpu=gpu, count=count, region=region, zone=zone,
+                                nic_gbps=nic, edge=edge))
     return tuple(out)
 
 
@@ -289,7 +338,7 @@ def _link_from(raw: Any, f: str) -> RegionLink:
         require(key in raw, f"{f}.{key}", None, "is required")
     extra = set(raw) - {"a", "b", "latency_ms", "bandwidth_gbps"}
     require(not extra, f"{f}.{sorted(extra)[0] if extra else ''}", None, "unknown key")
-    return RegionLink(str(raw["a"]), str(raw["b"]), _latency(f"{f}.latency_ms", raw["latency_ms"]),
+    return RegionLink(string(f"{f}.a", raw["a"]), string(f"{f}.b", raw["b"]), _latency(f"{f}.latency_ms", raw["latency_ms"]),
                       _bandwidth(f"{f}.bandwidth_gbps", raw["bandwidth_gbps"]))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from hetrl.errors import SpecError, positive, require
+from hetrl.errors import SpecError, positive, require, string
 
 INTRA_LINK_KINDS = ("nvlink", "pcie")
 
@@ -77,9 +77,10 @@ class GPUType:
             memory_gb=mem,
             hbm_gbps=hbm,
             intra_link=kind,
-            intra_link_gbps=positive(f"{field}.intra_link_gbps", data.get("intra_link_gbps", 32.0)),
-            node_nic_gbps=positive(f"{field}.node_nic_gbps", data.get("node_nic_gbps", 100.0)),
-            source=str(data.get("source", "")),
+            intra_link_gbps=positive(f"{field}.intra_link_gbps", data.get("intra_link_gbps", 32.0),
+                                     1e5),
+            node_nic_gbps=positive(f"{field}.node_nic_gbps", data.get("node_nic_gbps", 100.0), 1e5),
+            source=string(f"{field}.source", data.get("source", ""), nonempty=False),
         )
 
 
@@ -106,6 +107,8 @@ def gpu_aliases() -> dict[str, str]:
 
 def gpu_type(name: str, extra: Iterable[GPUType] = (), field: str = "gpu") -> GPUType:
     """Resolve a GPU type by name (or alias), looking at ``extra`` user types first."""
+    if not isinstance(name, str):
+        raise SpecError(field, name, "must be a string (a GPU type's name)")
     for gpu in extra:
         if gpu.name == name:
             return gpu

@@ -8,6 +8,7 @@ users state what they observe (mean and max response length), not a latent param
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -19,9 +20,11 @@ from scipy.optimize import brentq
 from scipy.special import softmax
 
 from hetrl.errors import SpecError, require
+from hetrl.limits import MAX_SEQUENCE_TOKENS
 
 KINDS = ("fixed", "uniform", "truncnorm")
-MAX_TOKENS = 1 << 20
+#: Longest prompt or response, tokens (hetrl.limits.MAX_SEQUENCE_TOKENS)
+MAX_TOKENS = MAX_SEQUENCE_TOKENS
 #: truncnorm's std, tokens: below, the mean is a step function of the location; above, the
 #: variance overflows (a std of 1e9 is already uniform over any supported range)
 STD_RANGE = (1e-6, 1e9)
@@ -47,11 +50,12 @@ class LengthDist:
             value = getattr(self, key)
             require(isinstance(value, numbers.Real) and not isinstance(value, bool),
                     f"length.{key}", value, "must be a number (tokens)")
+            require(math.isfinite(value), f"length.{key}", value, "must be finite (tokens)")
         require(isinstance(self.max, int) and not isinstance(self.max, bool), "length.max",
                 self.max, "must be an integer")
         require(1 <= self.max <= MAX_TOKENS, "length.max", self.max,
                 f"must be in [1, {MAX_TOKENS}] tokens")
-        require(isinstance(self.min, int) and 1 <= self.min <= self.max, "length.min", self.min,
+        require(isinstance(self.min, int) and not isinstance(self.min, bool) and 1 <= self.min <= self.max, "length.min", self.min,
                 f"must be an integer in [1, max={self.max}]")
         require(self.min <= self.mean <= self.max, "length.mean", self.mean,
                 f"must be in [min={self.min}, max={self.max}]")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -11,7 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hetrl.errors import SpecError, positive_int, require
+from hetrl.errors import SpecError, boolean, positive_int, require, string
+from hetrl.limits import MAX_LAYERS, MAX_MODEL_DIM
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,12 @@ class ModelShape:
     tied_embeddings: bool = False
 
     def __post_init__(self) -> None:
+        require(isinstance(self.name, str) and self.name != "", "model.name", self.name,
+                "must be a non-empty string")
         for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab"):
-            positive_int(f"model[{self.name}].{key}", getattr(self, key))
+            positive_int(f"model[{self.name}].{key}", getattr(self, key),
+                         MAX_LAYERS if key == "layers" else MAX_MODEL_DIM)
+        boolean(f"model[{self.name}].tied_embeddings", self.tied_embeddings)
         require(self.heads % self.kv_heads == 0, f"model[{self.name}].kv_heads", self.kv_heads,
                 f"must divide heads ({self.heads})")
 
@@ -93,26 +97,37 @@ class ModelShape:
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> ModelShape:
         """Read a Hugging Face ``config.json`` (Llama/Qwen/Mistral-style keys)."""
+        from hetrl.io import read_mapping  # (io imports the specs: read lazily)
+
         p = Path(path)
         try:
-            cfg = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError("hf_config", str(p), f"cannot read JSON: {exc}") from None
+            cfg = read_mapping(p, "hf_config")
+        except SpecError as exc:
+            raise SpecError("hf_config", str(p), f"cannot read JSON: {exc.problem}") from None
         field = f"hf_config[{p.name}]"
         for key in ("num_hidden_layers", "hidden_size", "intermediate_size",
                     "num_attention_heads", "vocab_size"):
             require(key in cfg, f"{field}.{key}", None, "is required in config.json")
-        heads = cfg["num_attention_heads"]
+
+        def dim(key: str, default: Any = None) -> int:
+            value = cfg.get(key)
+            value = default if value is None and default is not None else value
+            return positive_int(f"{field}.{key}", value,
+                                MAX_LAYERS if key == "num_hidden_layers" else MAX_MODEL_DIM)
+
+        heads, hidden = dim("num_attention_heads"), dim("hidden_size")
+        named = name if name is not None else cfg.get("_name_or_path") or p.parent.name or "hf-model"
         return cls(
-            name=name or cfg.get("_name_or_path") or p.parent.name or "hf-model",
-            layers=cfg["num_hidden_layers"],
-            hidden=cfg["hidden_size"],
-            ffn=cfg["intermediate_size"],
+            name=string(f"{field}.name", named) if name is not None else str(named),
+            layers=dim("num_hidden_layers"),
+            hidden=hidden,
+            ffn=dim("intermediate_size"),
             heads=heads,
-            kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            vocab=cfg["vocab_size"],
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            kv_heads=dim("num_key_value_heads", heads),
+            head_dim=dim("head_dim", hidden // heads),
+            vocab=dim("vocab_size"),
+            tied_embeddings=_as_bool(cfg.get("tie_word_embeddings", False),
+                                     f"{field}.tie_word_embeddings"),
         )
 
 
@@ -164,7 +179,10 @@ def resolve_model(value: Any, field: str = "model", base_dir: Path | None = None
     if isinstance(value, str):
         return model_preset(value, field)
     if isinstance(value, Mapping) and "hf_config" in value:
-        path = Path(value["hf_config"])
+        extra = set(value) - {"hf_config", "name"}
+        require(not extra, f"{field}.{sorted(map(str, extra))[0] if extra else ''}", None,
+                "unknown key next to hf_config; known keys: hf_config, name")
+        path = Path(string(f"{field}.hf_config", value["hf_config"]))
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
         return ModelShape.from_hf_config(path, name=value.get("name"))

@@ -8,7 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from hetrl.errors import SpecError, positive_int, require
+from hetrl.errors import SpecError, integer, is_int, is_number, one_of, positive_int, require
+from hetrl.limits import MAX_BATCH_PROMPTS, MAX_BATCH_TOKENS, MAX_RESPONSES_PER_PROMPT, MAX_SAMPLES
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape, resolve_model
 from hetrl.spec.tasks import ALGORITHMS, REWARDS, TaskInfo, roles_for, tasks_for
@@ -96,10 +97,11 @@ class WorkloadSpec:
                 "must be a non-empty string")
         if self.gen_gpu_memory_utilization is not None:
             u = self.gen_gpu_memory_utilization
-            require(isinstance(u, int | float) and not isinstance(u, bool) and 0 < u <= 1,
+            require(is_number(u) and 0 < u <= 1,
                     "gen_gpu_memory_utilization", u,
                     "must be a fraction in (0, 1] (vLLM gpu_memory_utilization) or null")
-        require(isinstance(self.backends, tuple) and "megatron" in self.backends
+        require(isinstance(self.backends, tuple) and all(isinstance(b, str) for b in self.backends)
+                and "megatron" in self.backends
                 and set(self.backends) <= set(SEARCH_BACKENDS)
                 and len(set(self.backends)) == len(self.backends), "backends",
                 list(self.backends) if isinstance(self.backends, tuple) else self.backends,
@@ -108,15 +110,22 @@ class WorkloadSpec:
                     "tp_comm_overlap"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
-        require(self.algorithm in ALGORITHMS, "algorithm", self.algorithm,
-                f"must be one of {list(ALGORITHMS)}")
-        require(self.mode in MODES, "mode", self.mode, f"must be one of {list(MODES)}")
+        one_of("algorithm", self.algorithm, ALGORITHMS)
+        one_of("mode", self.mode, MODES)
+        integer("staleness", self.staleness)
         if self.mode == "sync":
             require(self.staleness == 0, "staleness", self.staleness, "must be 0 in sync mode")
         else:
             positive_int("staleness", self.staleness)
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
-        require(self.reward in REWARDS, "reward", self.reward, f"must be one of {list(REWARDS)}")
+        one_of("reward", self.reward, REWARDS)
+        for key in ("precision", "optimizer", "pad_to"):
+            require(isinstance(getattr(self, key), str), key, getattr(self, key),
+                    "must be a string")
+        require(isinstance(self.prompt_length, LengthDist), "prompt_length", self.prompt_length,
+                "must be a length distribution")
+        require(isinstance(self.response_length, LengthDist), "response_length",
+                self.response_length, "must be a length distribution")
         roles = [r for r, _ in self.models]
         need = roles_for(self.algorithm, self.reward)
         for role in need:
@@ -132,19 +141,22 @@ class WorkloadSpec:
                 "models.reference", self.models_by_role["reference"].name,
                 f"must equal the actor's shape ({self.models_by_role['actor'].name}): "
                 "the reference is a frozen copy of the initial actor")
-        positive_int("batch_prompts", self.batch_prompts)
-        positive_int("responses_per_prompt", self.responses_per_prompt)
+        positive_int("batch_prompts", self.batch_prompts, MAX_BATCH_PROMPTS)
+        positive_int("responses_per_prompt", self.responses_per_prompt, MAX_RESPONSES_PER_PROMPT)
+        require(self.samples <= MAX_SAMPLES, "batch_prompts", self.batch_prompts,
+                f"times responses_per_prompt ({self.responses_per_prompt}) is {self.samples:,} "
+                f"sequences per iteration; the limit is {MAX_SAMPLES:,}")
         for key in ("micro_batch_size", "inference_micro_batch_size", "gen_max_concurrency",
                     "optimizer_steps"):
-            positive_int(key, getattr(self, key))
+            positive_int(key, getattr(self, key), MAX_SAMPLES)
         longest = self.prompt_length.max + self.response_length.max
         for key in ("micro_batch_tokens", "inference_micro_batch_tokens"):
             value = getattr(self, key)
-            require(value is None or (isinstance(value, int) and not isinstance(value, bool)
-                                      and value >= longest), key, value,
+            require(value is None or (is_int(value) and longest <= value <= MAX_BATCH_TOKENS),
+                    key, value,
                     f"must be null or an integer >= the longest sequence, prompt_length.max + "
                     f"response_length.max = {longest} tokens (verl asserts max_token_len >= "
-                    "the sequence length)")
+                    f"the sequence length), at most {MAX_BATCH_TOKENS:,}")
         require(isinstance(self.remove_padding, bool), "remove_padding", self.remove_padding,
                 "must be true or false (a YAML boolean, not a string)")
         require(self.pad_to in PAD_TO, "pad_to", self.pad_to, f"must be one of {list(PAD_TO)}")
@@ -156,7 +168,8 @@ class WorkloadSpec:
                 f"must be one of {list(PRECISIONS)}")
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
                 f"must be one of {list(OPTIMIZERS)}")
-        require(self.schema_version in READABLE_VERSIONS, "schema_version", self.schema_version,
+        require(is_int(self.schema_version) and self.schema_version in READABLE_VERSIONS,
+                "schema_version", self.schema_version,
                 f"this hetrl reads versions {list(READABLE_VERSIONS)}")
         if self.schema_version == 1:
             require(not self.recompute_logprobs, "recompute_logprobs", self.recompute_logprobs,
@@ -248,15 +261,17 @@ class WorkloadSpec:
         for key in ("algorithm", "batch_prompts", "responses_per_prompt", "prompt_length",
                     "response_length"):
             require(key in data, key, None, "is required")
-        algorithm = data["algorithm"]
-        require(algorithm in ALGORITHMS, "algorithm", algorithm, f"must be one of {list(ALGORITHMS)}")
+        algorithm = one_of("algorithm", data["algorithm"], ALGORITHMS)
         per_role: dict[str, Any] = {}
-        reward = data.get("reward", "model")
-        require(reward in REWARDS, "reward", reward, f"must be one of {list(REWARDS)}")
+        reward = one_of("reward", data.get("reward", "model"), REWARDS)
         if "model" in data:
             per_role = {role: data["model"] for role in roles_for(algorithm, reward)}
-        given = data.get("models") or {}
+        given = data.get("models")
+        given = {} if given is None else given
         require(isinstance(given, Mapping), "models", given, "must be a mapping role -> model")
+        for role in given:
+            require(role in ("actor", "reference", "reward", "critic"), f"models.{role}", role,
+                    "unknown role; roles: actor, reference, reward, critic")
         per_role.update(given)
         if "actor" in per_role and "reference" not in per_role:
             per_role["reference"] = per_role["actor"]
