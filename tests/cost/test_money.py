@@ -14,8 +14,8 @@ from hetrl.cost.money import hourly_gpu_dollars, money
 from hetrl.errors import SpecError
 from hetrl.plan import colocated_plan
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
-from hetrl.spec.prices import PriceOverrides, Prices, price_table
 from hetrl.spec.presets import PAPER_NODE_TYPES, cluster_preset, workload_preset
+from hetrl.spec.prices import PriceOverrides, Prices, price_table
 from hetrl.spec.regions import aws_regions
 from tests.cli_helpers import assert_user_error, run
 from tests.cost.plans import split_plan
@@ -25,11 +25,11 @@ A100_VA = 27.44705 / 8
 L40S_OH = 30.13118 / 8
 
 
-def two_region(prices: PriceOverrides = PriceOverrides()) -> ClusterSpec:
+def two_region(prices: PriceOverrides | None = None) -> ClusterSpec:
     return ClusterSpec("va-oh", (NodeSpec("va", "A100-80GB", 4, "us-east-1"),
                                  NodeSpec("oh", "L40S", 4, "us-east-2")),
                        region_links=(RegionLink("us-east-1", "us-east-2", 10.0, 5.0),),
-                       prices=prices)
+                       prices=prices or PriceOverrides())
 
 
 def small_job():
