@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hetrl.search.base import Evaluator, Scheduler, register
@@ -49,14 +50,13 @@ class ILPScheduler(Scheduler):
                 t: [c for c in cs if devices.issuperset(c.devices)] for t, cs in cands.items()}
             if any(not cs for cs in sub.values()):
                 continue
-            out, plan = self._solve(ev, sub, None if left is None else left * share,
+            out, plan = self._solve(ev, b, sub, None if left is None else left * share,
                                     None if det is None else det * share)
-            ev.budget = type(b)(seconds=None, evaluations=ev.evaluations + 1, seed=b.seed)
+            ev.budget = replace(b, seconds=None, evaluations=ev.evaluations + 1)
             extras.append((ev.evaluate(plan), self._extra(out, priced, sub)))
         return min(extras, key=lambda x: x[0])[1]
 
-    def _solve(self, ev: Evaluator, cands, left, det) -> tuple[dict[str, Any], Any]:
-        b = ev.budget
+    def _solve(self, ev: Evaluator, b, cands, left, det) -> tuple[dict[str, Any], Any]:
         # sync workflows with barrier stages (PPO, GRPO): one small model per sharing pattern
         stages = stages_of(ev.workload) if self.options.phased else None
         try:
