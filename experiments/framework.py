@@ -104,7 +104,7 @@ def register(cls: type[Figure]) -> type[Figure]:
 def load_figures() -> dict[str, Figure]:
     import importlib
 
-    for module in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig10", "scaling", "faults"):
+    for module in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig10", "scaling", "faults", "cost"):
         importlib.import_module(f"experiments.figures.{module}")
     return REGISTRY
 

@@ -24,6 +24,9 @@ def _estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", help="cost-model parameters YAML (e.g. from `hetrl calibrate`)")
     p.add_argument("--save-plan", type=output_path("--save-plan"),
                    help="with --colocate: also write the built plan to this file")
+    p.add_argument("--charge-used-only", action="store_true",
+                   help="charge only the GPUs the plan uses (default: every GPU of the cluster, "
+                        "idle ones too; docs/money.md)")
     _json_flag(p)
 
 
@@ -55,11 +58,15 @@ def load_params(path: str | None, cluster=None):
 EXIT_INFEASIBLE = 3
 
 
-def estimate_record(est) -> dict:
+def estimate_record(est, money=None) -> dict:
     """``est.to_dict()`` as ``hetrl estimate --json`` prints it: for a plan that does not fit,
     ``iteration_s`` and the throughputs are null, and the times computed with memory ignored
-    move to ``iteration_s_ignoring_memory`` and ``throughput_*_ignoring_memory``."""
+    move to ``iteration_s_ignoring_memory`` and ``throughput_*_ignoring_memory``. With
+    ``money`` (:class:`hetrl.cost.money.Money`) its dollars and bytes too, for every plan (an
+    infeasible one's at the time computed with memory ignored)."""
     data = est.to_dict()
+    if money is not None:
+        data.update(money.to_dict())
     if not est.feasible:
         for key in ("iteration_s", "throughput_samples_per_s", "throughput_tokens_per_s"):
             data[f"{key}_ignoring_memory"] = data[key]
@@ -67,7 +74,22 @@ def estimate_record(est) -> dict:
     return data
 
 
-def _format(est, workload, cluster) -> str:
+def money_line(m) -> str:
+    """One line of dollars for the text output of ``estimate`` and ``plan``."""
+    who = f"{m.gpus_charged} GPUs charged" + (" (used only)" if m.charge_used_only else
+                                               " (idle ones too)")
+    bytes_ = f"{m.cross_region_bytes / 1e9:,.1f} GB cross-region"
+    if m.internet_bytes:
+        bytes_ += f", {m.internet_bytes / 1e9:,.1f} GB to edge nodes"
+    if m.dollars_per_iteration is None:
+        return (f"  dollars: no price for GPU type(s) {', '.join(m.unpriced)} (give "
+                f"prices.gpu_hour in the cluster file); {who}; {bytes_}")
+    return (f"  dollars: ${m.dollars_per_iteration:,.2f} per iteration (${m.dollars_per_1k_samples:,.2f}"
+            f" per 1k samples, ${m.dollars_per_hour:,.0f}/h): {m.gpu_hours_per_iteration:.2f} "
+            f"GPU-hours, egress ${m.egress_dollars:,.2f}; {who}; {bytes_}")
+
+
+def _format(est, workload, cluster, money=None) -> str:
     if est.feasible:
         lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
                  f"({est.throughput_samples_per_s:.2f} samples/s, "
@@ -87,6 +109,8 @@ def _format(est, workload, cluster) -> str:
         lines.append(f"  peak memory: max {mem[hi]:.1f} GB on device {hi}, min {min(mem.values()):.1f} GB")
     if workload.mode == "async":
         lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (overlapped)")
+    if money is not None:
+        lines.append(money_line(money))
     for v in est.violations:
         lines.append(f"  violation: {v}")
     return "\n".join(lines)
@@ -111,8 +135,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if args.tp != 1 or args.pp != 1 or args.dp is not None:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan(args.plan, workload, cluster)
-    est = CostModel(workload, cluster, params).estimate(plan)
-    emit(args, estimate_record(est), _format(est, workload, cluster))
+    from hetrl.cost.money import money
+
+    model = CostModel(workload, cluster, params)
+    est = model.estimate(plan)
+    m = money(model, plan, est.iteration_s, args.charge_used_only)
+    emit(args, estimate_record(est, m), _format(est, workload, cluster, m))
     return 0 if est.feasible else EXIT_INFEASIBLE
 
 

@@ -35,6 +35,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warm-start", action="store_true",
                    help="SHA-EA without its warm start from the baselines' structures "
                         "(ablation; hetrl and hetrl-simple)")
+    p.add_argument("--objective", choices=("time", "cost"), default="time",
+                   help="minimise seconds per iteration (time, the default) or dollars per 1k "
+                        "samples (cost: GPU-hours at on-demand prices plus egress; "
+                        "docs/money.md); hetrl, hetrl-simple and ilp")
+    p.add_argument("--max-dollars-per-hour", type=positive_float("--max-dollars-per-hour"),
+                   default=None, help="limit: the plan's dollars per hour (GPUs and egress)")
+    p.add_argument("--deadline-s", type=positive_float("--deadline-s"), default=None,
+                   help="limit: the plan's seconds per iteration")
+    p.add_argument("--charge-used-only", action="store_true",
+                   help="charge only the GPUs a plan uses (default: every GPU of the cluster, "
+                        "idle ones too): fewer GPUs then cost less")
     p.add_argument("--params", help="cost-model parameters YAML")
     p.add_argument("--out", "-o", required=True, type=output_path("--out"),
                    help="write the plan here (.json or .yaml)")
@@ -81,16 +92,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.no_warm_start:
         options["warm_start"] = False
     _check_flags(args.scheduler, options)
-    scheduler = get_scheduler(args.scheduler, load_params(args.params, cluster), **options)
+    from hetrl.cli_cost import money_line
+    from hetrl.cost.model import CostModel
+    from hetrl.cost.money import money
+    from hetrl.search.objective import Objective
+
+    objective = Objective(args.objective, args.max_dollars_per_hour, args.deadline_s,
+                          args.charge_used_only)
+    params = load_params(args.params, cluster)
+    scheduler = get_scheduler(args.scheduler, params, objective, **options)
     result = scheduler.search(workload, cluster, budget)
     save_plan(result.plan, args.out, "--out")
     est = result.estimate
+    m = money(CostModel(workload, cluster, params), result.plan, est.iteration_s,
+              args.charge_used_only)
     text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
             f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "
             f"evaluations in {result.elapsed_s:.1f} s; plan written to {args.out}\n"
+            + money_line(m) + "\n"
             + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
                         for g in result.plan.groups))
-    emit(args, {**result.to_dict(), "out": args.out}, text)
+    emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out},
+         text)
     return 0
 
 

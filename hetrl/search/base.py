@@ -16,6 +16,7 @@ from hetrl.cost.model import CostModel, Estimate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
 from hetrl.plan import Plan, Provenance
+from hetrl.search.objective import CONSTRAINT_PENALTY, TIME, Objective
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
@@ -78,8 +79,10 @@ class Evaluator:
     """Counts evaluations against the budget, keeps the best plan and the history."""
 
     def __init__(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget,
-                 params: CostParams = DEFAULT_PARAMS, model: CostModel | None = None):
+                 params: CostParams = DEFAULT_PARAMS, model: CostModel | None = None,
+                 objective: Objective = TIME):
         self.workload, self.cluster, self.budget = workload, cluster, budget
+        self.objective = objective
         self.model = model or CostModel(workload, cluster, params)
         warm_up()  # the compiled kernels' one-time start, not the search's time
         self.start = time.perf_counter()
@@ -114,9 +117,14 @@ class Evaluator:
             fr = min(fr, 1 - self.elapsed() / b.seconds)
         return max(fr, 0.0)
 
-    def fitness(self, est: Estimate) -> float:
-        """Seconds per iteration; infeasible plans rank after every feasible one."""
-        return est.iteration_s if est.feasible else INFEASIBLE_PENALTY_S + est.iteration_s
+    def fitness(self, est: Estimate, plan: Plan | None = None) -> float:
+        """Seconds per iteration (or what ``objective`` minimises, which needs ``plan``:
+        hetrl/search/objective.py); infeasible plans rank after every feasible one."""
+        if not est.feasible:
+            return INFEASIBLE_PENALTY_S + est.iteration_s
+        if self.objective.is_plain_time:
+            return est.iteration_s
+        return self.objective.fitness(self.model, plan, est)
 
     def charge(self, evaluations: float) -> None:
         """Count part of an evaluation spent outside :meth:`evaluate` (e.g. pricing one task
@@ -135,7 +143,7 @@ class Evaluator:
             raise BudgetExhausted
         est = self.model.estimate(plan, check=False)
         self.evaluations += 1
-        f = self.fitness(est)
+        f = self.fitness(est, plan)
         if self.best is None or f < self.best[0]:
             self.best = (f, plan, est)
             self.history.append((self.elapsed(), self.evaluations, est.iteration_s if est.feasible
@@ -166,11 +174,22 @@ class Evaluator:
                 f"{name}: no feasible plan found in {self.evaluations} evaluations; the best "
                 f"still breaks memory: {est.violations[0]}"
                 + (f" (and {len(est.violations) - 1} more)" if len(est.violations) > 1 else ""))
+        obj = self.objective
+        m = obj.money(self.model, plan, est) if not obj.is_plain_time else None
+        if f >= CONSTRAINT_PENALTY:
+            raise InfeasibleError(
+                f"{name}: {obj.limits()}: infeasible: no plan within them found in "
+                f"{self.evaluations} evaluations; the nearest: {est.iteration_s:.2f} s per "
+                f"iteration at ${m.dollars_per_hour:,.2f}/h"
+                + ("" if obj.charge_used_only else " (idle GPUs charged; --charge-used-only "
+                   "lets a plan leave GPUs unrented)"))
         plan = replace(plan, provenance=Provenance(scheduler=name, seed=self.budget.seed,
                                                    note=f"{self.evaluations} evaluations"))
         history = tuple(self.history) + ((self.elapsed(), self.evaluations, est.iteration_s),)
-        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history,
-                            extra or {})
+        extra = dict(extra or {})
+        if not obj.is_plain_time:
+            extra.update(obj.to_dict())
+        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra)
 
 
 class Scheduler(ABC):
@@ -181,11 +200,23 @@ class Scheduler(ABC):
     description: ClassVar[str] = ""
     #: the options' dataclass; None: options kept as a plain dict (not checked)
     Options: ClassVar[type | None] = None
+    #: whether it takes ``Objective`` other than plain time (``--objective cost``, limits);
+    #: the baselines search by the objective of their published design
+    objectives: ClassVar[bool] = False
 
-    def __init__(self, params: CostParams = DEFAULT_PARAMS, **options: Any):
+    def __init__(self, params: CostParams = DEFAULT_PARAMS, objective: Objective = TIME,
+                 **options: Any):
+        from hetrl.errors import OptionError
         from hetrl.search.options import parse_options
 
         self.params = params
+        if not objective.is_plain_time and not self.objectives:
+            flag = "--objective" if objective.kind != "time" else objective.limits().split()[0]
+            takes = ", ".join(sorted(n for n, c in SCHEDULERS.items() if c.objectives))
+            raise OptionError("--scheduler", self.name,
+                              f"takes no {flag}: it optimises time per iteration by its "
+                              f"published design; schedulers that take {flag}: {takes}")
+        self.objective = objective
         self.options = (options if self.Options is None
                         else parse_options(self.Options, self.name, options))
 
@@ -194,7 +225,8 @@ class Scheduler(ABC):
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
-        ev = Evaluator(workload, cluster, budget, self.params)
+        self.objective.check(cluster)
+        ev = Evaluator(workload, cluster, budget, self.params, objective=self.objective)
         extra: dict[str, Any] = {}
         with full_collections_held():  # a search's memos make full collections costly
             try:
@@ -219,11 +251,12 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
     return cls
 
 
-def get_scheduler(name: str, params: CostParams = DEFAULT_PARAMS, **options: Any) -> Scheduler:
+def get_scheduler(name: str, params: CostParams = DEFAULT_PARAMS, objective: Objective = TIME,
+                  **options: Any) -> Scheduler:
     from hetrl.search import load_all
 
     load_all()
     if name not in SCHEDULERS:
         raise SpecError("scheduler", name, f"unknown; known: {', '.join(sorted(SCHEDULERS))}")
-    return SCHEDULERS[name](params, **options)
+    return SCHEDULERS[name](params, objective, **options)
 

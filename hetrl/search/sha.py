@@ -39,6 +39,7 @@ from hetrl.cost.model import CostModel
 from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
 from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
+from hetrl.search.objective import TIME, Objective
 from hetrl.search.options import SHAOptions
 from hetrl.search.space import task_groupings
 
@@ -157,7 +158,8 @@ def _job_cap(arms: list[Arm], budget: float) -> int:
 
 
 def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
-                model: CostModel | None = None, cap: int | None = None) -> dict[str, Any]:
+                model: CostModel | None = None, cap: int | None = None,
+                objective: Objective = TIME) -> dict[str, Any]:
     """Run one task grouping's inner halving with its own evaluation budget (so the result does
     not depend on where or in which order jobs run) and report what it found. ``cap`` bounds
     its evaluations (the global budget's remainder allotted to this job)."""
@@ -170,7 +172,8 @@ def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float
     for arm in arms:
         arm.model = model
     local = Evaluator(model.workload, model.cluster,
-                      Budget(seconds=seconds_left, evaluations=cap), model.params, model=model)
+                      Budget(seconds=seconds_left, evaluations=cap), model.params, model=model,
+                      objective=objective)
     survivors = arms
     try:
         survivors = _halving_round(arms, budget, local, halve)
@@ -224,10 +227,12 @@ class _Runner:
                 if ev.exhausted() or self.past_deadline():
                     break
                 left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
-                results.append(_level1_job(l1.arms, budget, halve, left, ev.model, cap))
+                results.append(_level1_job(l1.arms, budget, halve, left, ev.model, cap,
+                                           ev.objective))
                 self._merge(l1, results[-1])
             return
-        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left, None, cap)
+        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left, None, cap,
+                                    ev.objective)
                    for (l1, budget), cap in zip(jobs, caps, strict=True)]
         for (l1, _), fut in zip(jobs, futures, strict=True):
             self._merge(l1, fut.result())
@@ -253,6 +258,7 @@ class _SHABase(Scheduler):
     halve = True
     swaps = "cross"
     Options = SHAOptions
+    objectives = True  # every evaluation goes through the Evaluator's fitness
 
     def run(self, ev: Evaluator) -> dict[str, Any]:
         opts: SHAOptions = self.options

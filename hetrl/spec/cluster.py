@@ -39,7 +39,8 @@ from hetrl.errors import (
     string,
 )
 from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_REGION_LINKS, MAX_REGIONS
-from hetrl.spec.hardware import GPUType, gpu_type
+from hetrl.spec.hardware import GPUType, gpu_catalog, gpu_type
+from hetrl.spec.prices import PriceOverrides, Prices
 
 SCHEMA_VERSION = 1
 MAX_ONE_WAY_LATENCY_MS = 1000.0
@@ -114,6 +115,8 @@ class ClusterSpec:
     network: NetworkParams = field(default_factory=NetworkParams)
     gpu_types: tuple[GPUType, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    #: the cluster file's ``prices:`` overrides of the shipped price table (docs/money.md)
+    prices: PriceOverrides = field(default_factory=PriceOverrides)
 
     def __post_init__(self) -> None:
         string("name", self.name)
@@ -203,6 +206,11 @@ class ClusterSpec:
         return node.nic_gbps if node.nic_gbps is not None else gpu_type(
             node.gpu, self.gpu_types).node_nic_gbps
 
+    @property
+    def price_list(self) -> Prices:
+        """The prices of this cluster: the shipped table with its ``prices:`` overrides."""
+        return Prices(self.prices)
+
     # --- topology ---
     @cached_property
     def topology(self) -> Topology:
@@ -230,6 +238,7 @@ class ClusterSpec:
             ],
             "region_links": [asdict(link) for link in self.region_links],
             "network": asdict(self.network),
+            **({"prices": self.prices.to_dict()} if self.prices else {}),
         }
 
     @classmethod
@@ -238,7 +247,7 @@ class ClusterSpec:
         fills ``region_links`` for every pair of used regions from the shipped AWS measurements."""
         require(isinstance(data, Mapping), "cluster", type(data).__name__, "must be a mapping")
         known = {"schema_version", "name", "gpu_types", "nodes", "region_links", "network",
-                 "regions"}
+                 "regions", "prices"}
         for key in data:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         require("nodes" in data, "nodes", None, "is required")
@@ -268,6 +277,8 @@ class ClusterSpec:
             require(key in net_known, f"network.{key}", net_raw[key],
                     f"unknown key; known keys: {sorted(net_known)}")
         network = NetworkParams(**{k: positive(f"network.{k}", v) for k, v in net_raw.items()})
+        prices = PriceOverrides() if data.get("prices") is None else PriceOverrides.from_dict(
+            data["prices"], set(gpu_catalog()) | {g.name for g in types})
         return cls(
             name=string("name", data.get("name", "custom")),
             nodes=nodes,
@@ -275,6 +286,7 @@ class ClusterSpec:
             network=network,
             gpu_types=types,
             schema_version=data.get("schema_version", SCHEMA_VERSION),
+            prices=prices,
         )
 
 
