@@ -261,11 +261,12 @@ def overrides(layout: VerlLayout, workload: WorkloadSpec) -> dict[str, Any]:
         out.update({
             "critic.strategy": layout.strategy,
             "critic.ppo_micro_batch_size_per_gpu": wl.micro_batch_size,
-            "critic.forward_micro_batch_size_per_gpu": wl.inference_micro_batch_size,
             "critic.use_dynamic_bsz": wl.micro_batch_tokens is not None,
             "critic.model.use_remove_padding": wl.remove_padding,
             "critic.model.enable_gradient_checkpointing": wl.recompute,
         })
+        if layout.strategy == "fsdp":  # (Megatron's critic has no key of its own for it)
+            out["critic.forward_micro_batch_size_per_gpu"] = wl.inference_micro_batch_size
         if path:
             out["critic.model.path"] = path
         if wl.micro_batch_tokens is not None:
@@ -357,6 +358,11 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
                 out.append(f"{model}: pp {pp} does not divide {layers} layers; Megatron then "
                            "needs num_layers_in_first_pipeline_stage / _last_ set by hand "
                            "(not exported; the closest plan splits as evenly as it can)")
+    if layout.strategy == "megatron" and "critic" in layout.layouts and \
+            workload.inference_micro_batch_size != workload.micro_batch_size:
+        out.append(f"critic_inference: verl's Megatron critic computes values in micro-batches "
+                   f"of ppo_micro_batch_size_per_gpu ({workload.micro_batch_size}), not "
+                   f"{workload.inference_micro_batch_size}; both estimates keep the workload's")
     for pool in layout.pools:
         types = sorted({cluster.devices[d].gpu.name for d in pool.devices})
         if len(types) > 1:
