@@ -66,7 +66,8 @@ def _rows(trace: Trace, plan: Plan | None, cluster: ClusterSpec | None, per_gpu:
         for gi, g in enumerate(plan.groups):
             short = ", ".join(t.replace("_inference", "_inf").replace("_generation", "_gen")
                               .replace("_training", "_train") for t in g.tasks)
-            labels.append(f"group {gi} ({len(g.devices)} GPUs): {short}")
+            short = short if len(short) <= 44 else short[:41] + "..."
+            labels.append(f"group {gi} ({len(g.devices)} GPUs)\n{short}")
             for d in g.devices:
                 member[d].append(gi)
         return labels, dict(member)
@@ -98,6 +99,28 @@ def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def _task_lanes(trace: Trace, member: dict[int, list[int]], per_gpu: bool
+                ) -> dict[tuple[int, int], int]:
+    """Per (row, id of a task span) its sub-lane: tasks of one group that run at the same time
+    (on different GPUs of the group) are stacked, greedily, the first free lane first."""
+    if per_gpu:
+        return {}
+    ends: dict[int, list[float]] = defaultdict(list)
+    out = {}
+    tasks = sorted((s for s in trace.spans if s.kind == "task" and s.task != WEIGHT_SYNC),
+                   key=lambda s: (s.start_s, s.end_s))
+    for s in tasks:
+        for r in _span_rows(s, member):
+            free = ends[r]
+            k = next((i for i, e in enumerate(free) if e <= s.start_s + 1e-12), len(free))
+            if k == len(free):
+                free.append(s.end_s)
+            else:
+                free[k] = s.end_s
+            out[(r, id(s))] = k
+    return out
+
+
 def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | None = None,
                per_gpu: bool = False, title: str | None = None):
     """The Gantt chart of ``trace`` as a matplotlib Figure (not yet written)."""
@@ -119,6 +142,10 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
     busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
     labels_at: list[tuple[float, float, str]] = []
     faults: list[float] = []
+    lane_of = _task_lanes(trace, member, per_gpu)
+    lanes = defaultdict(lambda: 1)
+    for (r, _), k in lane_of.items():
+        lanes[r] = max(lanes[r], k + 1)
     for s in trace.spans:
         if s.kind == "fault":
             faults.append(s.start_s)
@@ -135,19 +162,24 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
         colour = task_colour(s.task)
         alpha = 0.3 if (per_gpu and s.kind == "task") else 1.0
         for r in rows:
-            bars[(r, "task", colour, hatch, alpha)].append((s.start_s, s.duration_s))
+            lane = lane_of.get((r, id(s)), 0) if s.kind == "task" and not per_gpu else 0
+            bars[(r, f"task{lane}", colour, hatch, alpha)].append((s.start_s, s.duration_s))
             if (s.kind == "tasklet") == per_gpu:  # per GPU its tasklets, per group its tasks
                 busy[r].append((s.start_s, s.end_s))
             if s.kind == "task" and s.duration_s >= min_label:
-                labels_at.append((s.start_s + s.duration_s / 2, r, str(s.iteration + 1)))
+                labels_at.append((s.start_s + s.duration_s / 2, r, lane, str(s.iteration + 1)))
     for (r, lane, colour, hatch, alpha), xs in bars.items():
-        y = (n - 1 - r) + (0.36 if lane == "task" else 0.06)
-        h = 0.56 if lane == "task" else 0.22
+        if lane == "net":
+            y, h = (n - 1 - r) + 0.06, 0.22
+        else:  # concurrent tasks of one group share the upper lane in sub-lanes
+            h = 0.56 / lanes[r]
+            y = (n - 1 - r) + 0.36 + int(lane[4:]) * h
         ax.broken_barh(xs, (y, h), facecolors=colour, alpha=alpha, hatch=hatch or None,
                        edgecolor="white" if hatch else "none", linewidth=0.0 if not hatch else 0.3)
-    for x, r, text in labels_at:
-        ax.text(x, (n - 1 - r) + 0.64, text, ha="center", va="center", fontsize=6,
-                color="white", weight="bold")
+    for x, r, lane, text in labels_at:
+        h = 0.56 / lanes[r]
+        ax.text(x, (n - 1 - r) + 0.36 + (lane + 0.5) * h, text, ha="center", va="center",
+                fontsize=6, color="white", weight="bold")
     for _, b in trace.iterations:
         ax.axvline(b, color="0.5", lw=0.7, ls="--")
     for x in faults:
