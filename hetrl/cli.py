@@ -249,7 +249,7 @@ def _load_command_modules() -> None:
     import importlib
 
     for module in ("hetrl.cli_cost", "hetrl.cli_search", "hetrl.cli_sim", "hetrl.cli_run",
-                   "hetrl.cli_real"):
+                   "hetrl.cli_real", "hetrl.cli_views"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

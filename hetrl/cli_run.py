@@ -53,6 +53,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="write the trace in hetrl's schema (input of hetrl calibrate)")
     p.add_argument("--chrome-trace", type=output_path("--chrome-trace"),
                    help="write the trace as Chrome trace JSON (Perfetto)")
+    p.add_argument("--gantt", type=output_path("--gantt"),
+                   help="draw the run as a Gantt chart (.png, or .svg): one row per task group")
+    p.add_argument("--per-gpu", action="store_true",
+                   help="with --gantt: one row per GPU, tasklets on their tasks")
     p.add_argument("--params", help="cost-model parameters YAML for the estimate it is compared to")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -93,6 +97,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.search.feasibility import require_plan_fits
     from real.report import run_report
 
+    if args.per_gpu and not args.gantt:
+        from hetrl.errors import OptionError
+
+        raise OptionError("--per-gpu", True, "goes with --gantt")
+    if args.gantt:  # a suffix that is no picture format: exit 2 before the work
+        from hetrl.views.plan_picture import picture_format
+
+        picture_format(args.gantt, None, "--gantt")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
@@ -114,6 +126,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_text_atomic(args.trace, json.dumps(result.trace.to_dict()), "--trace")
     if args.chrome_trace:
         write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()), "--chrome-trace")
+    if args.gantt:
+        from hetrl.views.gantt import write_gantt
+
+        write_gantt(result.trace, args.gantt, plan, cluster, args.per_gpu)
     report = run_report(result, workload, cluster, plan, params)
     report["trace"] = args.trace
     error = report["estimate_error"]

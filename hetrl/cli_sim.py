@@ -28,6 +28,10 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
                    help="write the trace as Chrome trace JSON (open in Perfetto)")
     p.add_argument("--trace-raw", type=output_path("--trace-raw"),
                    help="write the trace in hetrl's own schema (JSON)")
+    p.add_argument("--gantt", type=output_path("--gantt"),
+                   help="draw the run as a Gantt chart (.png, or .svg): one row per task group")
+    p.add_argument("--per-gpu", action="store_true",
+                   help="with --gantt: one row per GPU, tasklets on their tasks")
     p.add_argument("--params", help="cost-model parameters YAML")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -41,6 +45,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sim import simulate
     from sim.faults import FaultScenario
 
+    if args.per_gpu and not args.gantt:
+        raise OptionError("--per-gpu", True, "goes with --gantt")
+    if args.gantt:  # a suffix that is no picture format: exit 2 before the work
+        from hetrl.views.plan_picture import picture_format
+
+        picture_format(args.gantt, None, "--gantt")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
     params = load_params(args.params, cluster)
@@ -62,6 +72,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()), "--trace")
     if args.trace_raw:
         write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()), "--trace-raw")
+    if args.gantt:
+        from hetrl.views.gantt import write_gantt
+
+        write_gantt(result.trace, args.gantt, plan, cluster, args.per_gpu)
     emit(args, result.to_dict(), format_result(result, workload, cluster))
     return EXIT_STALLED if result.faults.stalled else 0
 

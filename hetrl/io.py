@@ -293,14 +293,19 @@ def write_text_atomic(path: str | Path, text: str, field: str = "output") -> Non
     file gets the usual permissions (0666 less the umask), not the temporary file's 0600. An OS
     error (permission, full disk, read-only mount) is a :class:`SpecError` naming ``field``
     and the path: one line at the command line, exit 2."""
+    write_bytes_atomic(path, text.encode("utf-8"), field)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, field: str = "output") -> None:
+    """:func:`write_text_atomic` for bytes (pictures)."""
     p = check_output_path(path, field, probe=False)
     tmp = None
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

@@ -20,7 +20,8 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     trace = tmp_path / "run.json"
     code, out, err = run(capsys, "run", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
                          "-p", PLAN, "-n", "2", "--trace", str(trace),
-                         "--chrome-trace", str(tmp_path / "chrome.json"), "--json")
+                         "--chrome-trace", str(tmp_path / "chrome.json"),
+                         "--gantt", str(tmp_path / "run.png"), "--per-gpu", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert len(data["iterations"]) == 2 and data["iteration_s"] > 0
@@ -30,6 +31,14 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     assert data["weights_verified"] == 2 * 2
     assert json.loads(trace.read_text())["source"] == "real"
     assert json.loads((tmp_path / "chrome.json").read_text())["traceEvents"]
+    # the Gantt chart of the real run: the simulator's picture code, one row per GPU
+    import matplotlib.image
+
+    from hetrl.views.gantt import DPI, gantt_size
+
+    width, height = gantt_size(4)
+    assert matplotlib.image.imread(str(tmp_path / "run.png")).shape[:2] == (
+        round(height * DPI), round(width * DPI))
     params = tmp_path / "params.yaml"
     code, out, err = run(capsys, "calibrate", "--traces", str(trace), "--out", str(params), "--json")
     assert code == 0, err
@@ -59,6 +68,10 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
       "actor_training:4:2"], ["--kill-at", "ITERATION must be in 1..3"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--resume",
       "--checkpoint-dir", "/nonexistent-ckpt"], ["resume", "no checkpoint there"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--per-gpu"],
+     ["--per-gpu", "goes with --gantt"]),
+    (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--gantt", "g.gif"],
+     ["--gantt", "not a picture format"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines", "vllm"],
      ["--engines", "KIND=ENGINE"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines",

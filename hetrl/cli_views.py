@@ -1,0 +1,122 @@
+"""``hetrl show`` (a plan as a picture) and ``hetrl export`` (a plan as another system's
+config): thin over :mod:`hetrl.views` and :mod:`hetrl.export`."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetrl.cli import command, emit, output_path
+
+
+def _wcp(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
+    p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
+    p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    _wcp(p)
+    p.add_argument("--out", "-o", required=True, type=output_path("--out"),
+                   help="picture to write (.png or .svg)")
+    p.add_argument("--format", choices=("png", "svg"), default=None,
+                   help="picture format (default: from the --out suffix, else png)")
+    p.add_argument("--params", help="cost-model parameters YAML (the flows' link efficiencies)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+@command("show", "draw a plan: regions, nodes and GPUs coloured by task group, each task's "
+         "(dp, pp, tp) and data shares, the cross-region flows of one iteration with their bytes",
+         _show_args)
+def cmd_show(args: argparse.Namespace) -> int:
+    from hetrl.cli_cost import load_params
+    from hetrl.io import load_cluster, load_plan, load_workload
+    from hetrl.views.flows import human_bytes, iteration_flows, region_flows
+    from hetrl.views.plan_picture import draw_plan, picture_format, save_figure
+
+    fmt = picture_format(args.out, args.format)
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    plan = load_plan(args.plan, workload, cluster)  # a bad plan: exit 2 here, before drawing
+    params = load_params(args.params, cluster)
+    save_figure(draw_plan(plan, workload, cluster, params), args.out, fmt)
+    between = region_flows(iteration_flows(plan, workload, cluster, params), cluster)
+    data = {"out": str(args.out), "format": fmt,
+            "cross_region_bytes": [{"from": a, "to": b, **kinds}
+                                   for (a, b), kinds in sorted(between.items())]}
+    total = sum(sum(k.values()) for k in between.values())
+    emit(args, data, f"wrote {args.out} ({fmt}): {len(plan.groups)} task group(s) on "
+                     f"{len(plan.device_ids)} GPUs, {human_bytes(total)} across regions per "
+                     "iteration")
+    return 0
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", required=True, choices=("verl",),
+                   help="the system to export to (verl: trainer config overrides)")
+    _wcp(p)
+    p.add_argument("--out", "-o", required=True, type=output_path("--out"),
+                   help="overrides YAML to write")
+    p.add_argument("--closest-plan", type=output_path("--closest-plan"),
+                   help="also write the closest verl plan as a hetrl plan (JSON/YAML)")
+    p.add_argument("--params", help="cost-model parameters YAML (for the two estimates)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _seconds(est) -> str:
+    if est.feasible:
+        return f"{est.iteration_s:.2f} s per iteration"
+    return f"{est.iteration_s:.2f} s per iteration ignoring memory (it does not fit)"
+
+
+@command("export", "export a plan to another system's config (verl: trainer overrides, the "
+         "closest verl plan, both estimated); exit 2 where verl cannot come close", _export_args)
+def cmd_export(args: argparse.Namespace) -> int:
+    from hetrl import __version__
+    from hetrl.cli_cost import load_params
+    from hetrl.cost.model import CostModel
+    from hetrl.errors import SpecError
+    from hetrl.export import verl
+    from hetrl.io import load_cluster, load_plan, load_workload, save_plan, write_text_atomic
+
+    workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
+    plan = load_plan(args.plan, workload, cluster)
+    params = load_params(args.params, cluster)
+    if workload.batch_prompts % workload.optimizer_steps:
+        raise SpecError("optimizer_steps", workload.optimizer_steps,
+                        f"must divide batch_prompts ({workload.batch_prompts}): verl's "
+                        "ppo_mini_batch_size is a whole number of prompts")
+    layout = verl.verl_layout(plan, workload, cluster)
+    closest = verl.closest_plan(layout, workload, cluster)
+    model = CostModel(workload, cluster, params)
+    ours, theirs = model.estimate(plan), model.estimate(closest)
+    ratio = theirs.iteration_s / ours.iteration_s if ours.iteration_s > 0 else float("nan")
+    flat = verl.overrides(layout, workload)
+    pools = verl.resource_pools(layout, workload)
+    diffs = verl.differences(plan, layout, closest, workload, cluster)
+    header = [f"verl {verl.VERL_VERSION} trainer overrides written by hetrl {__version__} "
+              f"export --to verl",
+              f"workload {workload.name}, cluster {cluster.name}, plan {args.plan}",
+              f"config: verl/trainer/config/{verl.CONFIG_NAMES[layout.strategy]}.yaml; add your "
+              "data files (data.train_files, data.val_files) and reward function",
+              "", "Estimates (hetrl's cost model, `hetrl estimate`):",
+              f"  the hetrl plan:        {_seconds(ours)}",
+              f"  the closest verl plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's",
+              "", "What verl cannot express, and how the exported plan differs:"]
+    header += [f"  - {d}" for d in diffs] or ["  (nothing: the plan is a verl plan)"]
+    header += ["", "The command line:"] + verl.command_line(flat, layout.strategy).splitlines()
+    write_text_atomic(args.out, verl.render(flat, pools, header), "--out")
+    if args.closest_plan:
+        save_plan(closest, args.closest_plan, "--closest-plan")
+    data = {"to": "verl", "verl_version": verl.VERL_VERSION, "out": str(args.out),
+            "config_name": verl.CONFIG_NAMES[layout.strategy], "overrides": flat,
+            verl.CUSTOM_SECTION: pools, "differences": diffs,
+            "iteration_s": {"plan": ours.iteration_s, "closest_verl_plan": theirs.iteration_s},
+            "feasible": {"plan": ours.feasible, "closest_verl_plan": theirs.feasible},
+            "ratio": ratio, "closest_plan": args.closest_plan}
+    text = [f"wrote {args.out}: {len(flat)} verl {verl.VERL_VERSION} overrides "
+            f"({verl.CONFIG_NAMES[layout.strategy]}), pools "
+            + ", ".join(f"{p.name} {len(p.nodes)}x{p.gpus_per_node}" for p in layout.pools),
+            f"  hetrl plan:        {_seconds(ours)}",
+            f"  closest verl plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's"]
+    text += [f"  differs: {d}" for d in diffs]
+    emit(args, data, "\n".join(text))
+    return 0

@@ -1,0 +1,1 @@
+"""A plan as another system's configuration (``hetrl export``): verl's trainer overrides."""
