@@ -38,7 +38,8 @@ COST_MODEL_V2 = [
     "generation most, so the balance between tasks moved more than the ratios: single-region "
     "sync HetRL / verl 2.14-2.36 to 2.11-2.38, HetRL on all 64 GPUs / 24 A100 1.40-1.99x to "
     "1.38-1.98x, multi-country load balancing (a) up to +15.6% to +21.7%, fig5's best "
-    "multi-country plan at 3,000 evaluations 90.7 s to 83.4 s; the async ratios against "
+    "multi-country plan at 3,000 evaluations 90.7 s to 83.5 s, the scaling figure's 64 / 256 "
+    "/ 1,024-GPU points 43.1 / 18.1 / 10.7 s to 41.1 / 16.9 / 10.0 s; the async ratios against "
     "verl-async narrowed (multi-region-hybrid 11.24-18.64 to 10.58-11.10). Every check still "
     "holds: 0 of 72 fig3 cells and 0 of 36 fig10 cells below a baseline, all 64 GPUs >= 24 "
     "A100 (0 of 12), fig7's Spearman >= 0.95.",
