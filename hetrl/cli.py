@@ -82,27 +82,27 @@ def positive_float(option: str, most: float | None = None) -> Callable[[str], fl
 
 def output_path(option: str) -> Callable[[str], str]:
     """The argparse type of an output file option: a path a file can be written to."""
-    def parse(value: str) -> str:
-        from hetrl.errors import SpecError
-        from hetrl.io import check_output_path
+    from hetrl.io import check_output_path
 
-        try:
-            check_output_path(value, option)
-        except SpecError as exc:
-            raise OptionError(option, value, exc.problem) from None
-        return value
-    return parse
+    return _checked_output(option, check_output_path)
 
 
 def output_dir(option: str) -> Callable[[str], str]:
     """The argparse type of an output directory option: a folder files can be written in
     (existing, or creatable), not a file."""
+    from hetrl.io import check_output_dir
+
+    return _checked_output(option, check_output_dir)
+
+
+def _checked_output(option: str, check: Callable[[str, str], Any]) -> Callable[[str], str]:
+    """An argparse type that runs ``check(value, option)`` and turns its SpecError into the
+    option's error."""
     def parse(value: str) -> str:
         from hetrl.errors import SpecError
-        from hetrl.io import check_output_dir
 
         try:
-            check_output_dir(value, option)
+            check(value, option)
         except SpecError as exc:
             raise OptionError(option, value, exc.problem) from None
         return value
