@@ -29,8 +29,8 @@ def _show_args(p: argparse.ArgumentParser) -> None:
          _show_args)
 def cmd_show(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
+    from hetrl.cost.flows import human_bytes, iteration_flows, region_flows
     from hetrl.io import load_cluster, load_plan, load_workload
-    from hetrl.views.flows import human_bytes, iteration_flows, region_flows
     from hetrl.views.plan_picture import draw_plan, picture_format, save_figure
 
     fmt = picture_format(args.out, args.format)

@@ -7,10 +7,10 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from hetrl.cost.flows import iteration_flows, region_flows
 from hetrl.io import load_cluster, load_workload, save_plan
 from hetrl.plan import Plan, TaskGroup, colocated_plan, make_placement
 from hetrl.views import gantt, plan_picture
-from hetrl.views.flows import iteration_flows, region_flows
 from tests.cli_helpers import assert_user_error, run
 
 PAPER64 = [f"paper64-{s}" for s in ("single-region", "multi-region-hybrid", "multi-country",

@@ -11,23 +11,10 @@
 Charged GPUs: every GPU of the cluster (idle ones too: they are rented), or with
 ``charge_used_only`` only the GPUs the plan places a tasklet on.
 
-The bytes of one iteration, from the cost model's transfer terms (each flow from the device
-that sends to the device that receives):
-
-- rollout data: each replica r of an inference or training task receives
-  ``samples x share_r x seq_mean x DATA_BYTES_PER_TOKEN[kind]``, from the generation replicas in
-  proportion to their shares (first device of each replica, as the cost model's fan-in);
-- weight sync: the pulls of :func:`hetrl.cost.sync.weight_sync_pulls` (source, destination,
-  bytes), once per iteration;
-- DP rings: per (stage, tp rank) of a replicated training task, a ring over its dp replicas in
-  replica order; a ring all-reduce of S bytes sends ``2 (dp-1)/dp x S`` over each ring edge,
-  S = the stage's gradient bytes per tp rank (the weight bytes, bf16), once per optimizer step;
-  FSDP instead all-gathers the weights for forward and backward and reduce-scatters the
-  gradients per micro-batch: ``3 (dp-1)/dp x S`` per edge per micro-batch (inference: one
-  all-gather, ``(dp-1)/dp x S``);
-- pipeline boundaries: per replica and stage boundary, the activations of every token it
-  processes, ``tokens x hidden x bytes_per_value``, forward (and in training backward too: x 2,
-  per optimizer pass over the data); generation sends each prompt and response token once.
+The bytes of one iteration are :func:`hetrl.cost.flows.iteration_flows` (rollout data, the
+weight sync's pulls, DP rings and pipeline boundaries, as the simulator moves them), the same
+accounting ``hetrl show`` draws; ``bytes_by_kind`` names its kinds rollout, weight_sync, dp and
+pipeline.
 
 Not counted: tensor-parallel all-reduces (a TP group inside a node in every plan the searches
 build; one split over regions would be priced as if free) and the small control messages.
@@ -35,18 +22,18 @@ build; one split over regions would be priced as if free) and the small control 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
-from hetrl.cost.sync import weight_sync_pulls
-from hetrl.plan import Plan, TaskPlacement
+from hetrl.cost.flows import FLOW_KINDS, iteration_flows
+from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
 
 #: Byte kinds reported by :class:`Money` (``bytes_by_kind``).
 KINDS = ("rollout", "weight_sync", "dp", "pipeline")
+#: The flow kinds of :mod:`hetrl.cost.flows` under their names here.
+_KIND_OF = dict(zip(FLOW_KINDS, KINDS, strict=True))
 
 
 @dataclass(frozen=True)
@@ -119,79 +106,6 @@ def hourly_gpu_dollars(cluster: ClusterSpec, devices: set[int] | None = None
     return total, tuple(sorted(missing))
 
 
-def flows(model: Any, plan: Plan) -> list[tuple[str, int, int, float]]:
-    """Every (kind, source device, destination device, bytes) flow of one iteration between two
-    different devices (see the module docstring). ``model``: the plan's CostModel (its
-    workload, cluster, parameters, stage shapes and length statistics)."""
-    wl, cluster = model.workload, model.cluster
-    by_task = {p.task: p for p in plan.placements}
-    gen = by_task["actor_generation"]
-    out: list[tuple[str, int, int, float]] = []
-    seq_mean = model.L.seq_mean
-    gen_firsts = [r[0][0] for r in gen.devices]
-    for p in plan.placements:
-        kind = wl.task(p.task).kind
-        if kind == "generation":
-            continue
-        per_token = DATA_BYTES_PER_TOKEN[kind]
-        for share, replica in zip(p.data_shares, p.devices, strict=True):
-            total = wl.samples * share * seq_mean * per_token
-            for gshare, src in zip(gen.data_shares, gen_firsts, strict=True):
-                out.append(("rollout", src, replica[0][0], total * gshare))
-    train = by_task.get("actor_training")
-    if train is not None:
-        shapes = model.shapes(gen.task, gen)
-        shared = wl.mode == "sync" and train.backend != "fsdp"
-        pulls, _ = weight_sync_pulls(gen, shapes, train, cluster, model.params, shared)
-        out += [("weight_sync", s, d, b) for s, d, b in pulls]
-    for p in plan.placements:
-        out += _dp_flows(model, p) + _pipeline_flows(model, p)
-    return [f for f in out if f[1] != f[2] and f[3] > 0]
-
-
-def _dp_flows(model: Any, p: TaskPlacement) -> list[tuple[str, int, int, float]]:
-    wl = model.workload
-    kind = wl.task(p.task).kind
-    if p.dp < 2 or kind == "generation":
-        return []
-    if p.backend == "fsdp":
-        mb = wl.micro_batch_size if kind == "training" else wl.inference_micro_batch_size
-        per_replica = math.ceil(wl.samples / p.dp / mb)
-        factor = (3.0 if kind == "training" else 1.0) * per_replica
-    elif kind == "training":
-        factor = 2.0 * wl.optimizer_steps
-    else:
-        return []  # Megatron inference keeps whole weights per replica: no DP traffic
-    shapes = model.shapes(p.task, p)
-    out = []
-    n = p.dp
-    for s, shape in enumerate(shapes):
-        per_edge = factor * (n - 1) / n * shape.weight_bytes
-        for t in range(p.tp):
-            ring = [p.devices[r][s][t] for r in range(n)]
-            out += [("dp", a, b, per_edge) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)]
-    return out
-
-
-def _pipeline_flows(model: Any, p: TaskPlacement) -> list[tuple[str, int, int, float]]:
-    if p.pp < 2:
-        return []
-    wl = model.workload
-    kind = wl.task(p.task).kind
-    hidden = model.shapes(p.task, p)[0].model.hidden
-    directions = 2.0 if kind == "training" else 1.0
-    out = []
-    for share, replica in zip(p.data_shares, p.devices, strict=True):
-        tokens = wl.samples * share * model.L.seq_mean
-        nbytes = tokens * hidden * wl.bytes_per_value
-        for s in range(p.pp - 1):
-            a, b = replica[s][0], replica[s + 1][0]
-            out.append(("pipeline", a, b, nbytes))
-            if directions == 2.0:
-                out.append(("pipeline", b, a, nbytes))
-    return out
-
-
 def money(model: Any, plan: Plan, iteration_s: float, charge_used_only: bool = False) -> Money:
     """The dollars of one iteration of ``plan`` taking ``iteration_s`` seconds."""
     cluster = model.cluster
@@ -203,7 +117,8 @@ def money(model: Any, plan: Plan, iteration_s: float, charge_used_only: bool = F
     egress = cross = internet = 0.0
     by_kind: dict[str, float] = defaultdict(float)
     internet_rate = prices.internet_per_gb()
-    for kind, a, b, nbytes in flows(model, plan):
+    for flow in iteration_flows(plan, model.workload, cluster, model.params, model):
+        kind, a, b, nbytes = _KIND_OF[flow.kind], flow.src, flow.dst, flow.nbytes
         da, db = devices[a], devices[b]
         if da.region != db.region:
             cross += nbytes

@@ -1,6 +1,6 @@
 """A plan as a picture (``hetrl show``): regions as boxes, their nodes inside, each GPU a cell
 coloured by its task group; beside it a table of the tasks -- group, (dp, pp, tp), backend, data
-shares, layer split -- and the cross-region flows of one iteration (:mod:`hetrl.views.flows`)
+shares, layer split -- and the cross-region flows of one iteration (:mod:`hetrl.cost.flows`)
 drawn as arrows between region boxes, labelled with their bytes.
 
 Drawn with matplotlib's object API on an Agg canvas (no display, no pyplot state). The picture
@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from hetrl.cost.flows import FLOW_KINDS, human_bytes, iteration_flows, region_flows
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
-from hetrl.views.flows import FLOW_KINDS, human_bytes, iteration_flows, region_flows
 
 SIZE_IN = (16.0, 9.0)
 DPI = 100

@@ -1,5 +1,6 @@
 """The bytes one iteration of a plan moves between devices, by kind of flow, and their totals
-between regions: what the plan picture draws as arrows (``hetrl show``).
+between regions: what the money model charges as egress (:mod:`hetrl.cost.money`) and the plan
+picture draws as arrows (``hetrl show``), one accounting for both.
 
 The flows are those the simulator replays (sim/engine.py), at the batch's expected lengths:
 
@@ -11,7 +12,7 @@ The flows are those the simulator replays (sim/engine.py), at the batch's expect
   bytes) from actor training to generation;
 - ``DP ring``: a Megatron training task's gradient reduce-scatter and parameter all-gather, one
   ring per (stage, tp rank) over the replicas in node order, each ring edge carrying
-  (n - 1) / n of the stage's gradient and parameter bytes; an FSDP task's ring gathers weights and
+  (n - 1) / n of the stage's gradient and parameter bytes, once per optimizer step; an FSDP task's ring gathers weights and
   reduce-scatters gradients once per micro-batch (count-based micro-batches at the batch's mean);
 - ``pipeline``: activations forward (and gradients back in training) across each stage boundary,
   per tp rank ``tokens x hidden x bytes per value / tp``.
@@ -83,9 +84,12 @@ def _ring_flows(members: list[int], nbytes: float, task: str) -> list[Flow]:
 
 
 def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
-                    params: CostParams = DEFAULT_PARAMS) -> list[Flow]:
-    """Every device-to-device flow of one iteration of ``plan`` (see the module)."""
-    model = CostModel(workload, cluster, params)
+                    params: CostParams = DEFAULT_PARAMS, model: CostModel | None = None
+                    ) -> list[Flow]:
+    """Every device-to-device flow of one iteration of ``plan`` (see the module). ``model``: a
+    CostModel of this workload, cluster and params to reuse (its stage shapes and lengths)."""
+    if model is None:
+        model = CostModel(workload, cluster, params)
     node = cluster.topology.node_of
     samples, seq_mean = workload.samples, model.L.seq_mean
     bpv = workload.bytes_per_value
@@ -116,7 +120,7 @@ def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
             flows += _ring_flows(members, ring_bytes * micro, p.task)
         elif kind == "training":
             for j, shape in enumerate(shapes):
-                nbytes = shape.params * (params.grad_bytes + bpv)
+                nbytes = shape.params * (params.grad_bytes + bpv) * workload.optimizer_steps
                 for k in range(p.tp):
                     members = sorted((p.devices[r][j][k] for r in range(p.dp)),
                                      key=lambda d: (int(node[d]), d))
