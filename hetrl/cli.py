@@ -87,6 +87,36 @@ def output_path(option: str) -> Callable[[str], str]:
     return _checked_output(option, check_output_path)
 
 
+#: What each trace option writes. ``--trace`` keeps, in each command, the format it always had
+#: there (``hetrl simulate``: Chrome; ``hetrl run``: raw); the other two spell one format each.
+TRACE_FORMATS = {"chrome": "Chrome trace JSON (open it in Perfetto)",
+                 "raw": "hetrl's Trace schema, JSON (the input of hetrl calibrate)"}
+
+
+def trace_options(p: argparse.ArgumentParser, trace_format: str) -> None:
+    """``--trace FILE`` (in the command's own ``trace_format``), ``--chrome-trace FILE`` and
+    ``--trace-raw FILE``; each path is checked while parsing, before any work."""
+    same = "--chrome-trace" if trace_format == "chrome" else "--trace-raw"
+    p.add_argument("--trace", type=output_path("--trace"), metavar="FILE",
+                   help=f"write the trace as {TRACE_FORMATS[trace_format]}, as {same} does")
+    p.add_argument("--chrome-trace", type=output_path("--chrome-trace"), metavar="FILE",
+                   help=f"write the trace as {TRACE_FORMATS['chrome']}")
+    p.add_argument("--trace-raw", type=output_path("--trace-raw"), metavar="FILE",
+                   help=f"write the trace as {TRACE_FORMATS['raw']}")
+
+
+def write_traces(args: argparse.Namespace, trace: Any, trace_format: str) -> None:
+    """Write the files :func:`trace_options` asked for, each atomically."""
+    from hetrl.io import write_text_atomic
+
+    for option, path, fmt in (("--trace", args.trace, trace_format),
+                              ("--chrome-trace", args.chrome_trace, "chrome"),
+                              ("--trace-raw", args.trace_raw, "raw")):
+        if path:
+            data = trace.to_chrome() if fmt == "chrome" else trace.to_dict()
+            write_text_atomic(path, json.dumps(data), option)
+
+
 def output_dir(option: str) -> Callable[[str], str]:
     """The argparse type of an output directory option: a folder files can be written in
     (existing, or creatable), not a file."""

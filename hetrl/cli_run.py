@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from hetrl.cli import (
@@ -14,6 +13,8 @@ from hetrl.cli import (
     output_path,
     positive_float,
     positive_int,
+    trace_options,
+    write_traces,
 )
 from hetrl.limits import MAX_ITERATIONS
 
@@ -49,10 +50,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-at", metavar="TASK:ITERATION:DEVICE",
                    help="fault injection: that device's worker dies at the start of that task "
                         "in that iteration (counted from 1, as the progress line counts)")
-    p.add_argument("--trace", type=output_path("--trace"),
-                   help="write the trace in hetrl's schema (input of hetrl calibrate)")
-    p.add_argument("--chrome-trace", type=output_path("--chrome-trace"),
-                   help="write the trace as Chrome trace JSON (Perfetto)")
+    trace_options(p, "raw")
     p.add_argument("--gantt", type=output_path("--gantt"),
                    help="draw the run as a Gantt chart (.png, or .svg): one row per task group")
     p.add_argument("--per-gpu", action="store_true",
@@ -93,7 +91,7 @@ def _kill_at(value: str | None, iterations: int) -> tuple[str, int, int] | None:
          _run_args)
 def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
-    from hetrl.io import load_cluster, load_plan, load_workload, write_text_atomic
+    from hetrl.io import load_cluster, load_plan, load_workload
     from hetrl.search.feasibility import require_plan_fits
     from real.report import run_report
 
@@ -122,16 +120,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                        kill_at=_kill_at(args.kill_at, args.iterations), engines=_engines(args.engines),
                        progress=None if args.json else lambda m: print(m, file=sys.stderr, flush=True))
     result = run_plan(workload, cluster, plan, config)
-    if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_dict()), "--trace")
-    if args.chrome_trace:
-        write_text_atomic(args.chrome_trace, json.dumps(result.trace.to_chrome()), "--chrome-trace")
+    write_traces(args, result.trace, "raw")
     if args.gantt:
         from hetrl.views.gantt import write_gantt
 
         write_gantt(result.trace, args.gantt, plan, cluster, args.per_gpu)
     report = run_report(result, workload, cluster, plan, params)
-    report["trace"] = args.trace
+    report["trace"] = args.trace or args.trace_raw  # the raw trace's file
     error = report["estimate_error"]
     lines = [f"{workload.name} on {cluster.name}: {len(report['iterations'])} iteration(s), "
              f"{report['iteration_s']:.3f} s per iteration measured, "

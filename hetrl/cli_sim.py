@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from hetrl.cli import command, emit, nonnegative_int, output_path, positive_int
+from hetrl.cli import (
+    command,
+    emit,
+    nonnegative_int,
+    output_path,
+    positive_int,
+    trace_options,
+    write_traces,
+)
 from hetrl.errors import OptionError
 from hetrl.limits import MAX_ITERATIONS, MAX_SIMULATED_SEQUENCES
 
@@ -24,10 +31,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
                    help="seed of the sampled sequence lengths (default 0)")
     p.add_argument("--faults", help="fault scenario YAML (device lost, link degraded, straggler)")
-    p.add_argument("--trace", type=output_path("--trace"),
-                   help="write the trace as Chrome trace JSON (open in Perfetto)")
-    p.add_argument("--trace-raw", type=output_path("--trace-raw"),
-                   help="write the trace in hetrl's own schema (JSON)")
+    trace_options(p, "chrome")
     p.add_argument("--gantt", type=output_path("--gantt"),
                    help="draw the run as a Gantt chart (.png, or .svg): one row per task group")
     p.add_argument("--per-gpu", action="store_true",
@@ -40,7 +44,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
          "does not fit is refused: exit 2)", _sim_args)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
-    from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, write_text_atomic
+    from hetrl.io import load_cluster, load_plan, load_workload, read_mapping
     from hetrl.search.feasibility import require_plan_fits
     from sim import simulate
     from sim.faults import FaultScenario
@@ -68,10 +72,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                          cluster.regions, nodes)
     result = simulate(plan, workload, cluster, args.iterations, args.seed, params, faults,
                       progress=None if args.json else _progress(args.iterations))
-    if args.trace:
-        write_text_atomic(args.trace, json.dumps(result.trace.to_chrome()), "--trace")
-    if args.trace_raw:
-        write_text_atomic(args.trace_raw, json.dumps(result.trace.to_dict()), "--trace-raw")
+    write_traces(args, result.trace, "chrome")
     if args.gantt:
         from hetrl.views.gantt import write_gantt
 

@@ -74,6 +74,27 @@ class Span:
                    dict(mapping(f"{f}.meta", meta)))
 
 
+def task_spans(spans: Iterable[Span]) -> list[Span]:
+    """One ``task`` span per (task, iteration) of ``spans`` (a real run's tasklets, transfers and
+    collectives), ordered by start. Its time bounds are those of all the task's spans, its input
+    transfers included; its devices those of its own work only -- its tasklets and collectives,
+    not the source devices of its input transfers, which belong to other tasks. A task made of
+    transfers alone (a weight sync) occupies the devices of its transfers."""
+    bounds: dict[tuple[str, int], list[float]] = {}
+    work: dict[tuple[str, int], set[int]] = {}
+    moved: dict[tuple[str, int], set[int]] = {}
+    for s in spans:
+        if s.kind == "task":
+            continue
+        key = (s.task, s.iteration)
+        b = bounds.setdefault(key, [s.start_s, s.end_s])
+        b[0], b[1] = min(b[0], s.start_s), max(b[1], s.end_s)
+        (moved if s.kind == "transfer" else work).setdefault(key, set()).update(s.devices)
+    return [Span(task, "task", task, it, a, b, tuple(sorted(work.get((task, it))
+                                                           or moved.get((task, it), ()))))
+            for (task, it), (a, b) in sorted(bounds.items(), key=lambda kv: kv[1][0])]
+
+
 @dataclass(frozen=True)
 class Trace:
     """Spans of a run plus its iteration boundaries: ``iterations[i]`` = (start_s, end_s)."""

@@ -109,19 +109,6 @@ def load_specs(args: argparse.Namespace, torch: Any) -> tuple[Any, Any]:
 
 # --- the run ------------------------------------------------------------------------------------
 
-def task_spans(spans: list[Any]) -> list[Any]:
-    """One ``task`` span per (task, iteration), bounding its other spans (as the runner does)."""
-    from hetrl.trace import Span
-
-    bounds: dict[tuple[str, int], list[Any]] = {}
-    for s in spans:
-        b = bounds.setdefault((s.task, s.iteration), [s.start_s, s.end_s, set()])
-        b[0], b[1] = min(b[0], s.start_s), max(b[1], s.end_s)
-        b[2].update(s.devices)
-    return [Span(task, "task", task, it, a, b, tuple(sorted(devs)))
-            for (task, it), (a, b, devs) in sorted(bounds.items(), key=lambda kv: kv[1][0])]
-
-
 def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
               device: str = "cuda") -> tuple[Any, Any, dict]:
     """``iterations`` of the workload on cluster device 0, run on torch ``device`` (cuda; the
@@ -129,7 +116,7 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
     import torch
 
     from hetrl.plan import colocated_plan
-    from hetrl.trace import Trace
+    from hetrl.trace import Trace, task_spans
     from real.engines.base import make_batch
     from real.profile import device_sync
     from real.runner import RealRun, RunConfig

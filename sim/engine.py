@@ -24,9 +24,8 @@ i - 1 - k have arrived (k = 0 in sync mode), and training consumes batches in or
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +37,7 @@ from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_pulls
 from hetrl.plan import Plan, TaskPlacement
+from hetrl.shares import split_counts
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.tasks import NEEDS_TRAINED
 from hetrl.spec.workload import WorkloadSpec
@@ -50,15 +50,6 @@ from sim.ops import ReplicaOps
 DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
 #: Events between two calls of a simulation's ``progress`` callback.
 PROGRESS_EVERY = 20_000
-
-
-def split_counts(n: int, shares: Sequence[float]) -> list[int]:
-    """``n`` items over replicas in proportion to ``shares`` (largest remainder)."""
-    raw = [n * s for s in shares]
-    out = [math.floor(x) for x in raw]
-    for i in sorted(range(len(raw)), key=lambda i: raw[i] - out[i], reverse=True)[: n - sum(out)]:
-        out[i] += 1
-    return out
 
 
 @dataclass

@@ -309,6 +309,22 @@ def test_core_subcommand_help(capsys, name):
     assert "--json" in out
 
 
+@pytest.mark.parametrize("name, trace", [("simulate", "Chrome trace JSON (open it in Perfetto)"),
+                                         ("run", "hetrl's Trace schema, JSON (the input of "
+                                                 "hetrl calibrate)")])
+def test_simulate_and_run_spell_each_trace_format_alike(capsys, name, trace):
+    """--chrome-trace and --trace-raw mean one format each in both commands; --trace keeps the
+    format it always had in each (simulate: Chrome, run: raw), and --help says which."""
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"--trace FILE write the trace as {trace}, as" in text
+    assert ("--chrome-trace FILE write the trace as Chrome trace JSON (open it in Perfetto)"
+            in text)
+    assert ("--trace-raw FILE write the trace as hetrl's Trace schema, JSON (the input of "
+            "hetrl calibrate)" in text)
+
+
 def test_every_registered_subcommand_has_help(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

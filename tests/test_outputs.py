@@ -35,7 +35,11 @@ def immutable(tmp_path):
      "--save-plan"),
     (["simulate", *JOB, "-p", "missing.json", "--trace-raw", "/proc/t.json"], "--trace-raw"),
     (["simulate", *JOB, "-p", "missing.json", "--trace", "/sys/t.json"], "--trace"),
+    (["simulate", *JOB, "-p", "missing.json", "--chrome-trace", "/proc/t.json"],
+     "--chrome-trace"),
     (["run", *JOB, "-p", "missing.json", "--chrome-trace", "/proc/t.json"], "--chrome-trace"),
+    (["run", *JOB, "-p", "missing.json", "--trace-raw", "/proc/t.json"], "--trace-raw"),
+    (["run", *JOB, "-p", "missing.json", "--trace", "/sys/t.json"], "--trace"),
     (["calibrate", "-t", "x.json", "-o", "/proc/params.yaml"], "--out"),
     (["profile", "-n", "1", "-o", "/sys/cluster.yaml"], "--out"),
 ])

@@ -9,23 +9,19 @@ at least one layer per stage, and capped so a stage's resident bytes fit its sma
 
 from __future__ import annotations
 
-import math
-
 from hetrl.cost.model import CostModel
 from hetrl.plan import TaskPlacement, even_layers
+from hetrl.shares import largest_remainder
 
 
 def proportional_split(total: int, weights: list[float], caps: list[int] | None = None) -> tuple[int, ...]:
-    """Integers >= 1 summing to ``total``, proportional to ``weights`` (largest remainder),
-    each at most its cap when the caps allow it."""
+    """Integers >= 1 summing to ``total``, proportional to ``weights``: one each, the rest by
+    :func:`hetrl.shares.largest_remainder`; each at most its cap when the caps allow it."""
     k = len(weights)
     if total < k:
         raise ValueError("fewer items than parts")
     wsum = sum(weights)
-    raw = [1 + (total - k) * w / wsum for w in weights]
-    out = [math.floor(x) for x in raw]
-    for i in sorted(range(k), key=lambda i: raw[i] - out[i], reverse=True)[: total - sum(out)]:
-        out[i] += 1
+    out = largest_remainder([1 + (total - k) * w / wsum for w in weights], total)
     if caps is not None and sum(caps) >= total:
         # Move the excess of over-cap stages to the stages with the most room, one at a time.
         while True:

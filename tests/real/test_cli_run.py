@@ -21,6 +21,7 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     code, out, err = run(capsys, "run", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
                          "-p", PLAN, "-n", "2", "--trace", str(trace),
                          "--chrome-trace", str(tmp_path / "chrome.json"),
+                         "--trace-raw", str(tmp_path / "raw.json"),
                          "--gantt", str(tmp_path / "run.png"), "--per-gpu", "--json")
     assert code == 0, err
     data = json.loads(out)
@@ -31,6 +32,11 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     assert data["weights_verified"] == 2 * 2
     assert json.loads(trace.read_text())["source"] == "real"
     assert json.loads((tmp_path / "chrome.json").read_text())["traceEvents"]
+    # --trace-raw is --trace's format (hetrl's schema), loaded by hetrl calibrate's loader
+    from hetrl.calibrate import load_trace
+
+    assert load_trace(tmp_path / "raw.json") == load_trace(trace)
+    assert data["trace"] == str(trace)
     # the Gantt chart of the real run: the simulator's picture code, one row per GPU
     import matplotlib.image
 

@@ -1,7 +1,7 @@
 """MegatronTrainer against TorchTrainer on CPU: same weights, outputs, losses and gradients.
 
-Runs only where megatron-core is importable (it is not in the ``test`` extra; ``pip install
-megatron-core`` next to torch to run these). The GPU variant is in test_gpu_engines.py.
+Runs where megatron-core is importable: the ``test`` extra pins it (megatron-core 0.16.1, the
+version the engine is written against); without it these skip. The GPU variant is in test_gpu_engines.py.
 """
 
 from __future__ import annotations

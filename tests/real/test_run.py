@@ -64,6 +64,12 @@ def test_grpo_trace_is_complete_and_loadable(cross_region):
     stages = {s.meta.get("stage"): s.devices for s in trace.spans_of("tasklet", "actor_training")
               if "stage" in s.meta}
     assert stages == {0: (1,), 1: (2,)}
+    # a task span occupies its task's devices, not those its input came from (training
+    # receives rollouts from the generation devices 0 and 3)
+    for s in trace.spans_of("task"):
+        if s.task in wl.task_names:
+            assert set(s.devices) == set(plan.placement(s.task).device_ids), s
+    assert {s.devices for s in trace.spans_of("task", "actor_training")} == {(1, 2)}
     # the simulator's tooling reads it: round trip through JSON and Chrome export
     again = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
     assert again.task_seconds() == trace.task_seconds()

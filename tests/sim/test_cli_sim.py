@@ -91,6 +91,24 @@ def test_chrome_and_raw_traces(capsys, files):
     assert trace.source == "sim" and len(trace.iterations) == 2
 
 
+def test_chrome_trace_and_trace_raw_spell_the_formats_as_hetrl_run_does(capsys, files):
+    """--chrome-trace writes what --trace writes (Chrome JSON); --trace-raw loads with hetrl
+    calibrate's loader."""
+    from hetrl.calibrate import load_trace
+
+    d = files["dir"]
+    code, _, err = run(capsys, *base(files, "-n", "2", "--trace", str(d / "t.json"),
+                                     "--chrome-trace", str(d / "c.json"),
+                                     "--trace-raw", str(d / "r.json")))
+    assert code == 0, err
+    assert json.loads((d / "c.json").read_text()) == json.loads((d / "t.json").read_text())
+    assert json.loads((d / "c.json").read_text())["traceEvents"]
+    trace = load_trace(d / "r.json")
+    assert trace.source == "sim" and len(trace.iterations) == 2
+    assert {"workload_spec", "cluster_spec", "plan"} <= set(trace.meta)
+    assert not list(d.glob(".*.tmp"))  # written atomically: no temporary file left
+
+
 def test_faults_file(capsys, files):
     straggler = files["dir"] / "s.yaml"
     straggler.write_text(yaml.safe_dump(

@@ -8,7 +8,7 @@ import pytest
 
 from hetrl.errors import SpecError
 from hetrl.plan import colocated_plan
-from hetrl.trace import SCHEMA_VERSION, Span, Trace
+from hetrl.trace import SCHEMA_VERSION, Span, Trace, task_spans
 from sim import simulate
 from tests.sim.tiny import one_node, tiny_workload
 
@@ -87,3 +87,37 @@ def test_bad_traces_name_the_field():
         Trace.from_dict({**d, "iterations": [[1.0]]})
     with pytest.raises(SpecError, match=r"trace\.source"):
         Trace.from_dict({k: v for k, v in d.items() if k != "source"})
+
+
+def test_a_task_span_occupies_its_own_devices_not_its_inputs_sources():
+    """A real run's reward inference on device 2 receives its input from the generation devices
+    0 and 1: its task span covers the transfer's time but only device 2 (a Gantt chart per GPU
+    must not show reward inference on the generation GPUs). A weight sync, all transfers,
+    occupies the devices its weights moved between."""
+    spans = [
+        Span("actor_generation", "tasklet", "actor_generation", 0, 0.0, 2.0, (0,)),
+        Span("actor_generation", "tasklet", "actor_generation", 0, 0.0, 2.5, (1,)),
+        Span("reward_inference input", "transfer", "reward_inference", 0, 2.5, 2.75, (0, 1, 2),
+             4096.0),
+        Span("reward_inference", "tasklet", "reward_inference", 0, 2.5, 3.5, (2,)),
+        Span("actor_training grad all-reduce", "collective", "actor_training", 0, 4.5, 5.0,
+             (3, 4)),
+        Span("actor_training input", "transfer", "actor_training", 0, 3.5, 3.75, (0, 3), 8.0),
+        Span("actor_training", "tasklet", "actor_training", 0, 3.5, 5.0, (3,)),
+        Span("weight_sync -> actor_generation", "transfer", "weight_sync", 0, 5.0, 6.0, (3, 0)),
+        Span("weight_sync -> actor_generation", "transfer", "weight_sync", 0, 5.0, 5.5, (3, 1)),
+        Span("reward_inference", "tasklet", "reward_inference", 1, 9.0, 9.5, (2,)),
+    ]
+    got = {(s.task, s.iteration): (s.start_s, s.end_s, s.devices) for s in task_spans(spans)}
+    assert got == {("actor_generation", 0): (0.0, 2.5, (0, 1)),
+                   ("reward_inference", 0): (2.5, 3.5, (2,)),
+                   ("actor_training", 0): (3.5, 5.0, (3, 4)),
+                   ("weight_sync", 0): (5.0, 6.0, (0, 1, 3)),
+                   ("reward_inference", 1): (9.0, 9.5, (2,))}
+    out = task_spans(spans)
+    assert all(s.kind == "task" and s.name == s.task for s in out)
+    assert [s.start_s for s in out] == sorted(s.start_s for s in out)
+    # the task's time includes its input transfer when that starts first
+    early = [Span("x input", "transfer", "x", 0, 1.0, 2.0, (0, 5)),
+             Span("x", "tasklet", "x", 0, 2.0, 3.0, (5,))]
+    assert [(s.start_s, s.end_s, s.devices) for s in task_spans(early)] == [(1.0, 3.0, (5,))]
