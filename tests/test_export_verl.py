@@ -191,3 +191,18 @@ def test_export_refuses_what_verl_cannot_come_close_to(capsys, tmp_path):
         run(capsys, "export", "--to", "nemo", "-w", "qwen3-4b-grpo-sync", "-c",
             "paper64-single-region", "-p", tmp_path / "p2.json", "--out", out)
     assert exc.value.code == 2 and "--to" in capsys.readouterr().err
+
+
+def test_a_layout_that_does_not_divide_its_pool_is_exported_as_the_nearest_that_does():
+    """verl runs every model on all of its pool's GPUs: a (tp, pp) whose product does not divide
+    the pool becomes the nearest one that does (log ratio; tp inside a node), and the export
+    says so instead of refusing."""
+    from hetrl.export.verl import nearest_layout
+
+    assert nearest_layout(2, 7, 48, 8) == (2, 8)
+    assert nearest_layout(4, 3, 16, 8) == (4, 4)
+    assert nearest_layout(3, 1, 8, 8) == (4, 1)
+    assert nearest_layout(16, 1, 32, 8) == (8, 1)  # tp stays inside a node
+    for tp, pp, gpus in ((2, 7, 48), (4, 3, 16), (5, 5, 24)):
+        t, q = nearest_layout(tp, pp, gpus, 8)
+        assert gpus % (t * q) == 0 and t <= 8

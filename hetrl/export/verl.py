@@ -24,8 +24,10 @@ onto that (docs/users.md, "Export to verl"):
 2. the reward model gets ``reward_pool`` when its group holds it alone;
 3. every other group joins ``global_pool`` (several groups merge into one pool);
 4. each pool must be a whole number of nodes, each giving it the same number of GPUs
-   (``nnodes x n_gpus_per_node``), and each model's tp x pp must divide its pool's GPUs:
-   otherwise verl cannot come close, and the export stops (exit 2) naming the pool;
+   (``nnodes x n_gpus_per_node``): otherwise verl cannot come close, and the export stops
+   (exit 2) naming the pool; each model's tp x pp must divide its pool's GPUs (verl runs every
+   model on all of them): where the plan's does not, the nearest (tp, pp) that does is exported
+   and the differences say so;
 5. the strategy (``fsdp`` or ``megatron``) is the actor trainer's backend, for every model.
 
 A custom section, ``hetrl_resource_pools``, writes those pools as verl's
@@ -36,6 +38,7 @@ pool takes (Ray places it), so verl does not read that section.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,13 +142,34 @@ def verl_layout(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Ver
         layouts["reward"] = (r.tp, r.pp)
     out = VerlLayout(strategy, "rollout_pool" if standalone else "global_pool",
                      ("reward_pool" if reward_alone else "global_pool") if has_reward else None,
-                     tuple(pools), layouts, tuple(notes))
-    for model, (tp, pp) in layouts.items():
+                     tuple(pools), layouts, ())
+    for model, (tp, pp) in list(layouts.items()):
         pool = out.pool(_pool_name(out, model))
-        if len(pool.devices) % (tp * pp):
-            raise SpecError(f"verl {model} tp x pp", tp * pp, f"must divide the {len(pool.devices)} "
-                            f"GPUs of {pool.name}: verl runs every model on all of its pool's GPUs")
-    return out
+        n = len(pool.devices)
+        if n % (tp * pp):
+            layouts[model] = near = nearest_layout(tp, pp, n, pool.gpus_per_node)
+            notes.append(f"{model}: (tp, pp) = ({tp}, {pp}) does not divide the {n} GPUs of "
+                         f"{pool.name} (verl runs every model on all of its pool's GPUs); "
+                         f"exported as the nearest that does, ({near[0]}, {near[1]})")
+    return VerlLayout(out.strategy, out.rollout_pool, out.reward_pool, out.pools, layouts,
+                      tuple(notes))
+
+
+def nearest_layout(tp: int, pp: int, gpus: int, per_node: int) -> tuple[int, int]:
+    """The (tp, pp) nearest to ``(tp, pp)`` (in log ratio, then the larger tp x pp) whose product
+    divides ``gpus``, with tp inside a node (at most ``per_node``)."""
+    best = None
+    for t in range(1, min(gpus, per_node) + 1):
+        if gpus % t:
+            continue
+        for q in range(1, gpus // t + 1):
+            if (gpus // t) % q:
+                continue
+            score = (abs(math.log(t / tp)) + abs(math.log(q / pp)), -t * q)
+            if best is None or score < best[0]:
+                best = (score, (t, q))
+    assert best is not None  # (1, 1) always divides
+    return best[1]
 
 
 def _pool_name(layout: VerlLayout, model: str) -> str:
