@@ -45,11 +45,14 @@ def shares_text(p: TaskPlacement, most: int = 6) -> str:
 
 
 def layers_text(p: TaskPlacement) -> str:
+    """The layer split of a pipelined placement: ``9/stage``, ``10+9+9+8``, or for long splits
+    the range ``2-3/stage`` (so the side table stays inside the picture)."""
     if p.pp == 1:
         return ""
     if len(set(p.layers_per_stage)) == 1:
         return f"{p.layers_per_stage[0]}/stage"
-    return "+".join(map(str, p.layers_per_stage))
+    text = "+".join(map(str, p.layers_per_stage))
+    return text if len(text) <= 24 else f"{min(p.layers_per_stage)}-{max(p.layers_per_stage)}/stage"
 
 
 #: Arrows labelled on the picture (the largest pairs); the side table lists them too.
