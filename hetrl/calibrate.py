@@ -51,7 +51,7 @@ from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Trace
 
 __all__ = ["CalibrationResult", "CalibrationRun", "EFFICIENCY_BOUNDS", "IDENTIFIED_SD_RATIO",
-           "KIND_KERNELS", "LAUNCH", "META_KEYS", "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR",
+           "CPU_LAUNCH_BASE_S", "KIND_KERNELS", "LAUNCH", "META_KEYS", "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR",
            "PHASES", "PRIOR_SIGMA_LN", "PRIOR_WEIGHT", "Parameter", "RunFit", "TASK_SIGMA_LN", "TaskFit",
            "apply_values", "candidate_parameters", "fit_params", "format_result", "load_runs",
            "load_trace", "result_json"]
@@ -67,6 +67,11 @@ OVERHEAD = "decode_step_overhead_s"
 #: Fixed seconds per layer per forward (``CostParams.launch_overhead_s_per_layer``): fitted for
 #: traces run on a CPU (trace meta ``device`` "cpu..."), where dispatch dominates a tiny model.
 LAUNCH = "launch_overhead_s_per_layer"
+#: The launch term's base value (the prior's centre and the fit's start) for CPU traces when the
+#: base parameters have none: PyTorch's eager dispatch costs ~10 us per op on a CPU and a layer
+#: runs ~10 ops. (A log-space fit cannot start from 0: at its 1e-7 s floor the term moves no
+#: estimate and the fit never leaves it.)
+CPU_LAUNCH_BASE_S = 1e-4
 #: Fitted seconds-valued parameters (not efficiencies): bounded to OVERHEAD_BOUNDS, 0 -> the floor.
 SECONDS_PARAMS = (OVERHEAD, LAUNCH)
 #: The generation task's measured phases (``phase`` spans of the trace) and their keys among the
@@ -381,6 +386,8 @@ def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS
     require(isinstance(prior_weight, Real) and 0 < prior_weight < math.inf, "prior_weight",
             prior_weight, "must be > 0 and finite: without the prior, factors the traces do not "
             "determine drift to absorb noise")
+    if base.launch_overhead_s_per_layer == 0 and any(run.on_cpu() for run in runs):
+        base = replace(base, launch_overhead_s_per_layer=CPU_LAUNCH_BASE_S)
     before = _estimates(runs, base)
     measured = [run.measured_times() for run in runs]
     keys = [k for t in REPORTED_TASKS
