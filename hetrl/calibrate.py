@@ -7,7 +7,11 @@ u = ln(value) of every fitted parameter, over the residuals
   r_i        = sqrt(prior_weight) (u_i - ln base_i)
 
 where the estimate is ``CostModel(workload, cluster, params).estimate(plan).tasks[task]`` and the
-measurement is ``Trace.task_seconds()`` (mean over iterations after the first). Efficiencies are
+measurement is ``Trace.task_seconds()`` (mean over iterations after the first). A trace with the
+generation's ``prefill`` and ``decode`` phase spans (schema 2) measures those two instead of the
+generation task ("actor_generation:prefill", "actor_generation:decode", against
+``Estimate.generation_phases``): the prefill then fits infer_flops apart from the decode's
+factors. Efficiencies are
 multiplicative, so log space makes a factor of two the same step at 0.8 and at 1e-4.
 
 The prior makes the fit well-posed: traces often cannot separate factors (the Adam step's HBM
@@ -24,9 +28,11 @@ refitted without them.
 Parameters: for every GPU type a task ran on, the efficiency of each kernel kind that task kind
 uses (generation: infer_flops, decode_flops, decode_hbm, hbm, link; inference: infer_flops, hbm,
 link; training: train_flops, hbm, link; weight sync: hbm, link), kept only if changing it moves
-some estimate, plus ``decode_step_overhead_s`` when a generation task is measured. Bounds:
-efficiencies in [1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak), the overhead in
-[1e-7, 1] s (1e-7 s stands for none: 0.1 ms over 1,000 decode steps).
+some estimate, plus ``decode_step_overhead_s`` when a generation task is measured, plus
+``launch_overhead_s_per_layer`` when a trace ran on a CPU (meta ``device``; from
+``CPU_LAUNCH_BASE_S`` when the base has none). Bounds:
+efficiencies in [1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak), the overhead and
+the launch term in [1e-7, 1] s (1e-7 s stands for none: 0.1 ms over 1,000 decode steps).
 """
 
 from __future__ import annotations
