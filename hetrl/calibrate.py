@@ -7,7 +7,11 @@ u = ln(value) of every fitted parameter, over the residuals
   r_i        = sqrt(prior_weight) (u_i - ln base_i)
 
 where the estimate is ``CostModel(workload, cluster, params).estimate(plan).tasks[task]`` and the
-measurement is ``Trace.task_seconds()`` (mean over iterations after the first). Efficiencies are
+measurement is ``Trace.task_seconds()`` (mean over iterations after the first). A trace with the
+generation's ``prefill`` and ``decode`` phase spans (schema 2) measures those two instead of the
+generation task ("actor_generation:prefill", "actor_generation:decode", against
+``Estimate.generation_phases``): the prefill then fits infer_flops apart from the decode's
+factors. Efficiencies are
 multiplicative, so log space makes a factor of two the same step at 0.8 and at 1e-4.
 
 The prior makes the fit well-posed: traces often cannot separate factors (the Adam step's HBM
@@ -24,9 +28,11 @@ refitted without them.
 Parameters: for every GPU type a task ran on, the efficiency of each kernel kind that task kind
 uses (generation: infer_flops, decode_flops, decode_hbm, hbm, link; inference: infer_flops, hbm,
 link; training: train_flops, hbm, link; weight sync: hbm, link), kept only if changing it moves
-some estimate, plus ``decode_step_overhead_s`` when a generation task is measured. Bounds:
-efficiencies in [1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak), the overhead in
-[1e-7, 1] s (1e-7 s stands for none: 0.1 ms over 1,000 decode steps).
+some estimate, plus ``decode_step_overhead_s`` when a generation task is measured, plus
+``launch_overhead_s_per_layer`` when a trace ran on a CPU (meta ``device``; from
+``CPU_LAUNCH_BASE_S`` when the base has none). Bounds:
+efficiencies in [1e-6, 1] (a CPU emulating an A100 runs at ~1e-4 of its peak), the overhead and
+the launch term in [1e-7, 1] s (1e-7 s stands for none: 0.1 ms over 1,000 decode steps).
 """
 
 from __future__ import annotations
@@ -51,8 +57,8 @@ from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Trace
 
 __all__ = ["CalibrationResult", "CalibrationRun", "EFFICIENCY_BOUNDS", "IDENTIFIED_SD_RATIO",
-           "KIND_KERNELS", "META_KEYS", "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR",
-           "PRIOR_SIGMA_LN", "PRIOR_WEIGHT", "Parameter", "RunFit", "TASK_SIGMA_LN", "TaskFit",
+           "CPU_LAUNCH_BASE_S", "KIND_KERNELS", "LAUNCH", "META_KEYS", "OVERHEAD", "OVERHEAD_BOUNDS", "OVERHEAD_LOG_FLOOR",
+           "PHASES", "PRIOR_SIGMA_LN", "PRIOR_WEIGHT", "Parameter", "RunFit", "TASK_SIGMA_LN", "TaskFit",
            "apply_values", "candidate_parameters", "fit_params", "format_result", "load_runs",
            "load_trace", "result_json"]
 
@@ -64,6 +70,20 @@ KIND_KERNELS: dict[str, tuple[str, ...]] = {
     WEIGHT_SYNC: ("hbm", "link"),
 }
 OVERHEAD = "decode_step_overhead_s"
+#: Fixed seconds per layer per forward (``CostParams.launch_overhead_s_per_layer``): fitted for
+#: traces run on a CPU (trace meta ``device`` "cpu..."), where dispatch dominates a tiny model.
+LAUNCH = "launch_overhead_s_per_layer"
+#: The launch term's base value (the prior's centre and the fit's start) for CPU traces when the
+#: base parameters have none: PyTorch's eager dispatch costs ~10 us per op on a CPU and a layer
+#: runs ~10 ops. (A log-space fit cannot start from 0: at its 1e-7 s floor the term moves no
+#: estimate and the fit never leaves it.)
+CPU_LAUNCH_BASE_S = 1e-4
+#: Fitted seconds-valued parameters (not efficiencies): bounded to OVERHEAD_BOUNDS, 0 -> the floor.
+SECONDS_PARAMS = (OVERHEAD, LAUNCH)
+#: The generation task's measured phases (``phase`` spans of the trace) and their keys among the
+#: fitted times: "actor_generation:prefill", "actor_generation:decode".
+GENERATION = "actor_generation"
+PHASES = ("prefill", "decode")
 EFFICIENCY_BOUNDS = (1e-6, 1.0)
 OVERHEAD_BOUNDS = (0.0, 1.0)  # seconds per decode step
 #: The smallest overhead the log-space fit reaches, s (stands for none).
@@ -108,6 +128,21 @@ class CalibrationRun:
         require(run.measured_iteration_s() > 0, f"{where}.iterations", list(trace.iterations),
                 "the measured iterations must last > 0 seconds (a fit compares logarithms)")
         return run
+
+    def on_cpu(self) -> bool:
+        """The run executed on a CPU (trace meta ``device``), the case for a launch term."""
+        return str((self.trace.meta or {}).get("device", "")).startswith("cpu")
+
+    def measured_times(self) -> dict[str, float]:
+        """Measured seconds per task (``Trace.task_seconds()``); when the trace has the
+        generation's ``prefill`` and ``decode`` phase spans, those two ("actor_generation:prefill",
+        "actor_generation:decode") stand for the generation task."""
+        out = dict(self.trace.task_seconds())
+        phases = self.trace.phase_seconds(GENERATION)
+        if all(phases.get(ph, 0.0) > 0 for ph in PHASES):
+            out.pop(GENERATION, None)
+            out.update({f"{GENERATION}:{ph}": phases[ph] for ph in PHASES})
+        return out
 
     def measured_iteration_s(self) -> float:
         """Mean iteration time, after the first iteration when there are several, seconds."""
@@ -160,34 +195,34 @@ class Parameter:
 
     @property
     def name(self) -> str:
-        return self.kind if self.kind == OVERHEAD else f"{self.gpu}.{self.kind}"
+        return self.kind if self.kind in SECONDS_PARAMS else f"{self.gpu}.{self.kind}"
 
     @property
     def bounds(self) -> tuple[float, float]:
-        return OVERHEAD_BOUNDS if self.kind == OVERHEAD else EFFICIENCY_BOUNDS
+        return OVERHEAD_BOUNDS if self.kind in SECONDS_PARAMS else EFFICIENCY_BOUNDS
 
     def value(self, params: CostParams) -> float:
-        return params.decode_step_overhead_s if self.kind == OVERHEAD else params.efficiency(
-            self.gpu, self.kind)
+        if self.kind in SECONDS_PARAMS:
+            return getattr(params, self.kind)
+        return params.efficiency(self.gpu, self.kind)
 
 
 def apply_values(base: CostParams, parameters: Sequence[Parameter],
                  values: Sequence[float]) -> CostParams:
     """``base`` with each parameter set: efficiencies as ``per_gpu`` entries."""
     per = {(g, k): v for g, k, v in base.per_gpu}
-    overhead = base.decode_step_overhead_s
+    seconds = {k: getattr(base, k) for k in SECONDS_PARAMS}
     for p, v in zip(parameters, values, strict=True):
-        if p.kind == OVERHEAD:
-            overhead = float(v)
+        if p.kind in SECONDS_PARAMS:
+            seconds[p.kind] = float(v)
         else:
             per[(p.gpu, p.kind)] = float(v)
-    return replace(base, per_gpu=tuple((g, k, v) for (g, k), v in per.items()),
-                   decode_step_overhead_s=overhead)
+    return replace(base, per_gpu=tuple((g, k, v) for (g, k), v in per.items()), **seconds)
 
 
 def _kind_order(p: Parameter) -> tuple[int, str, int]:
     kinds = list(KERNEL_KINDS)
-    return (1 if p.kind == OVERHEAD else 0, p.gpu, kinds.index(p.kind) if p.kind in kinds else 0)
+    return (1 + SECONDS_PARAMS.index(p.kind) if p.kind in SECONDS_PARAMS else 0, p.gpu, kinds.index(p.kind) if p.kind in kinds else 0)
 
 
 def candidate_parameters(run: CalibrationRun, tasks: Sequence[str]) -> set[Parameter]:
@@ -195,7 +230,7 @@ def candidate_parameters(run: CalibrationRun, tasks: Sequence[str]) -> set[Param
     placements = {p.task: p for p in run.plan.placements}
     gpu_of = [d.gpu.name for d in run.cluster.devices]
     out: set[Parameter] = set()
-    for task in tasks:
+    for task in {t.partition(":")[0] for t in tasks}:
         if task == WEIGHT_SYNC:
             devs = [d for t in ("actor_generation", "actor_training") if t in placements
                     for d in placements[t].device_ids]
@@ -207,6 +242,8 @@ def candidate_parameters(run: CalibrationRun, tasks: Sequence[str]) -> set[Param
             out.update(Parameter(gpu, k) for k in KIND_KERNELS[kind])
         if kind == "generation":
             out.add(Parameter("", OVERHEAD))
+    if run.on_cpu():
+        out.add(Parameter("", LAUNCH))
     return out
 
 
@@ -327,13 +364,16 @@ def _estimates(runs: Sequence[CalibrationRun], params: CostParams) -> list[tuple
     out = []
     for run in runs:
         est = CostModel(run.workload, run.cluster, params).estimate(run.plan, check=False)
-        out.append((est.iteration_s, dict(est.tasks)))
+        times = dict(est.tasks)
+        times.update({f"{GENERATION}:{ph}": x for ph, x in zip(PHASES, est.generation_phases[:2],
+                                                                   strict=True)})
+        out.append((est.iteration_s, times))
     return out
 
 
 def _log_bounds(p: Parameter) -> tuple[float, float]:
     lo, hi = p.bounds
-    return math.log(max(lo, OVERHEAD_LOG_FLOOR if p.kind == OVERHEAD else lo)), math.log(hi)
+    return math.log(max(lo, OVERHEAD_LOG_FLOOR if p.kind in SECONDS_PARAMS else lo)), math.log(hi)
 
 
 def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS,
@@ -352,9 +392,13 @@ def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS
     require(isinstance(prior_weight, Real) and 0 < prior_weight < math.inf, "prior_weight",
             prior_weight, "must be > 0 and finite: without the prior, factors the traces do not "
             "determine drift to absorb noise")
+    if base.launch_overhead_s_per_layer == 0 and any(run.on_cpu() for run in runs):
+        base = replace(base, launch_overhead_s_per_layer=CPU_LAUNCH_BASE_S)
     before = _estimates(runs, base)
-    measured = [run.trace.task_seconds() for run in runs]
-    tasks = [[t for t in REPORTED_TASKS if meas.get(t, 0.0) > 0 and est.get(t, 0.0) > 0]
+    measured = [run.measured_times() for run in runs]
+    keys = [k for t in REPORTED_TASKS
+            for k in ([t] + ([f"{t}:{ph}" for ph in PHASES] if t == GENERATION else []))]
+    tasks = [[t for t in keys if meas.get(t, 0.0) > 0 and est.get(t, 0.0) > 0]
              for (_, est), meas in zip(before, measured, strict=True)]
     if not any(tasks):
         raise HetrlError("calibrate: no task is both measured (a 'task' span with positive "

@@ -2,7 +2,8 @@
 
 A trace is a list of spans, each with a kind (``task`` -- a whole task in one iteration,
 ``tasklet`` -- one replica or pipeline stage's work, ``transfer`` -- bytes moved between devices,
-``collective`` -- a collective over a device group, ``fault`` -- an injected event), the task and
+``collective`` -- a collective over a device group, ``fault`` -- an injected event, ``phase`` --
+a part of a tasklet, e.g. a generation's prefill and decode), the task and
 iteration it belongs to, the devices it occupied and the bytes it moved. Times are seconds from
 the start of the run. ``to_chrome`` exports Chrome trace JSON (open it in Perfetto).
 """
@@ -24,8 +25,13 @@ from hetrl.errors import (
     string,
 )
 
-SCHEMA_VERSION = 1
-SPAN_KINDS = ("task", "tasklet", "transfer", "collective", "fault")
+#: Version 2 added the ``phase`` span kind; version 1 traces (without phases) still load.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+SPAN_KINDS = ("task", "tasklet", "transfer", "collective", "fault", "phase")
+#: The phases of a generation tasklet, as ``phase`` spans inside it: ``prefill`` (meta
+#: ``sequences``, ``prompt_tokens``) then ``decode`` (meta ``steps``, ``tokens``, ``batch``).
+GENERATION_PHASES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ def task_spans(spans: Iterable[Span]) -> list[Span]:
     work: dict[tuple[str, int], set[int]] = {}
     moved: dict[tuple[str, int], set[int]] = {}
     for s in spans:
-        if s.kind == "task":
+        if s.kind in ("task", "phase"):  # a phase lies inside its tasklet
             continue
         key = (s.task, s.iteration)
         b = bounds.setdefault(key, [s.start_s, s.end_s])
@@ -127,6 +133,26 @@ class Trace:
             out[task] = sum(vals) / len(vals) if vals else 0.0
         return out
 
+    def phase_seconds(self, task: str, skip_first: bool = True) -> dict[str, float]:
+        """Mean seconds per phase of ``task`` over iterations (after the first when there are
+        several; iterations cut short by a fault left out): per iteration the longest span of
+        each phase name over the task's replicas (the slowest replica sets a task's time).
+        Empty when the trace has no ``phase`` spans for ``task``."""
+        per: dict[str, dict[int, float]] = {}
+        aborted = {s.iteration for s in self.spans if s.kind == "task" and s.task == task
+                   and s.meta.get("aborted")}
+        for s in self.spans:
+            if s.kind == "phase" and s.task == task and s.iteration not in aborted:
+                it = per.setdefault(s.name, {})
+                it[s.iteration] = max(it.get(s.iteration, 0.0), s.duration_s)
+        first = 1 if skip_first and len(self.iterations) > 1 else 0
+        out = {}
+        for name, by_it in per.items():
+            vals = [v for i, v in by_it.items() if i >= first]
+            if vals:
+                out[name] = sum(vals) / len(vals)
+        return out
+
     def spans_of(self, kind: str | None = None, task: str | None = None) -> list[Span]:
         return [s for s in self.spans if (kind is None or s.kind == kind)
                 and (task is None or s.task == task)]
@@ -142,8 +168,8 @@ class Trace:
     def from_dict(cls, d: Mapping[str, Any]) -> Trace:
         require(isinstance(d, Mapping), "trace", type(d).__name__, "must be a mapping")
         version = d.get("schema_version", SCHEMA_VERSION)
-        require(is_int(version) and version == SCHEMA_VERSION, "trace.schema_version", version,
-                f"this hetrl reads trace version {SCHEMA_VERSION}")
+        require(is_int(version) and version in READABLE_VERSIONS, "trace.schema_version", version,
+                f"this hetrl reads trace versions {list(READABLE_VERSIONS)}")
         known = {"schema_version", "source", "workload", "cluster", "spans", "iterations", "meta"}
         for key in d:
             require(key in known, f"trace.{key}", d[key], f"unknown key; known keys: {sorted(known)}")
@@ -160,11 +186,14 @@ class Trace:
                                                     unit="seconds (>= start_s): a duration >= 0")))
         listing("trace.spans", d["spans"], "must be a list of spans")
         meta = {} if d.get("meta") is None else d["meta"]
+        spans = tuple(Span.from_dict(s, f"trace.spans[{i}]") for i, s in enumerate(d["spans"]))
+        for i, s in enumerate(spans):
+            require(version >= 2 or s.kind != "phase", f"trace.spans[{i}].kind", s.kind,
+                    "phase spans need trace schema_version 2")
         return cls(string("trace.source", d["source"], nonempty=False),
                    string("trace.workload", d["workload"], nonempty=False),
                    string("trace.cluster", d["cluster"], nonempty=False),
-                   tuple(Span.from_dict(s, f"trace.spans[{i}]") for i, s in enumerate(d["spans"])),
-                   tuple(iterations), dict(mapping("trace.meta", meta)), version)
+                   spans, tuple(iterations), dict(mapping("trace.meta", meta)), version)
 
     def to_chrome(self) -> dict[str, Any]:
         """Chrome trace events: one process per device ("pid"), one thread per span kind."""

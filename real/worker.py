@@ -164,7 +164,15 @@ class DeviceWorker:
         task = "actor_generation"
         self._enter(task, it)
         start = self._now()
-        out = self._compute(self.engines[task].generate, prompts, max_new_tokens, temperature, seed)
+        engine = self.engines[task]
+        out = self._compute(engine.generate, prompts, max_new_tokens, temperature, seed)
+        end = self._now()
+        # the engine's prefill and decode (torch engine; others record none), stretched by the
+        # emulated slowdown as _compute stretches the whole call
+        for name, a, b, meta in getattr(engine, "last_phases", ()) or ():
+            self.spans.append(Span(name, "phase", task, it, min(start + a * self.slowdown, end),
+                                   min(start + b * self.slowdown, end), (self.device,), 0.0,
+                                   {"replica": self.tasklets[task].replica, **meta}))
         self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica,
                    sequences=len(prompts))
         return out

@@ -179,6 +179,8 @@ class Simulation:
         step = 0  # decode steps done by this replica
         ctx_sum = 0.0
         peak = 0
+        prefill_s = decode_s = 0.0
+        prompt_tokens = 0.0
         while queue or running:
             admit = []
             while queue and len(running) + len(admit) < B:
@@ -186,6 +188,8 @@ class Simulation:
             if admit:
                 pl = batch.prompt[admit].astype(float)
                 dt = ops.prefill(float(pl.sum()), float((pl * pl).sum()), len(admit))
+                prefill_s += dt * self.slow(devices)
+                prompt_tokens += float(pl.sum())
                 yield self.env.timeout(dt * self.slow(devices))
                 for s in admit:
                     heapq.heappush(running, (step + int(batch.response[s]), s))
@@ -195,6 +199,7 @@ class Simulation:
             k = nxt - step
             b = len(running)
             dt = ops.decode(b, ctx_sum + b, k)  # step s attends prompt + s tokens
+            decode_s += dt * self.slow(devices)
             yield self.env.timeout(dt * self.slow(devices))
             step = nxt
             ctx_sum += b * k
@@ -203,6 +208,16 @@ class Simulation:
                 ctx_sum -= float(batch.prompt[s] + batch.response[s])
         self.span(f"{task}[{i}]", "tasklet", task, batch.iteration, start, devices,
                   sequences=hi - lo, concurrency=B, peak_batch=peak)
+        # The replica's prefill waves interleave with its decode; the phase spans carry their
+        # summed times, laid end to end inside the tasklet (interleaved: true).
+        it, devs = batch.iteration, tuple(int(d) for d in devices)
+        mid = min(start + prefill_s, self.env.now)
+        self.spans.append(Span("prefill", "phase", task, it, float(start), float(mid), devs, 0.0,
+                               {"replica": i, "sequences": hi - lo, "prompt_tokens": prompt_tokens,
+                                "interleaved": True}))
+        self.spans.append(Span("decode", "phase", task, it, float(mid),
+                               float(min(mid + decode_s, self.env.now)), devs, 0.0,
+                               {"replica": i, "steps": step, "batch": B, "interleaved": True}))
 
     def forward_task(self, p: TaskPlacement, kind: str, batch: Batch):
         wl = self.workload

@@ -89,6 +89,7 @@ class ReplicaOps:
                   + prompts * s.head_flops_per_token + s.attn_flops_per_token_ctx * prompt_sq_sum / 2)
             total += max(fl / st.flops_infer, chunks * s.weight_bytes / st.hbm)
             total += chunks * 2 * s.layers * st.tp_allreduce(chunk_tok * self.h * self.bpv)
+            total += chunks * s.layers * self.params.launch_overhead_s_per_layer
         for lat, bw in self.boundaries:
             total += chunks * (lat + chunk_tok * self.h * self.bpv / (bw * self.stages[0].link_eff))
         return total
@@ -129,7 +130,7 @@ class ReplicaOps:
         peak = st.flops_infer if kind == "infer" else st.flops_train
         return self._with_tp(max(fl / peak, s.weight_bytes / st.hbm),
                              2 * s.layers * st.tp_allreduce(tokens * self.h * self.bpv),
-                             kind == "train")
+                             kind == "train") + s.layers * self.params.launch_overhead_s_per_layer
 
     def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool) -> float:
         """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with recomputation)
@@ -139,7 +140,8 @@ class ReplicaOps:
         fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
         mult, ars = (3.0, 4) if recompute else (2.0, 2)
         return self._with_tp(max(mult * fl / st.flops_train, s.weight_bytes / st.hbm),
-                             ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True)
+                             ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True) + (
+            2 * s.layers * self.params.launch_overhead_s_per_layer)
 
     def _with_tp(self, work: float, tp: float, training: bool) -> float:
         """An op's compute (or weight reads) and its TP collectives: one after the other, or

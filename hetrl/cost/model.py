@@ -307,6 +307,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             samples_per_iteration=wl.samples, tokens_per_iteration=wl.samples * self.L.seq_mean,
             chain_s=float(chain), generation_concurrency=gen_result.concurrency,
             memory=memory, task_violations=task_violations,
+            generation_phases=gen_result.phases,
         )
 
 

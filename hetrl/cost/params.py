@@ -57,6 +57,14 @@ class CostParams:
     # An eager rollout engine (no CUDA graphs) launches each layer's ~12 kernels from the CPU at
     # ~5 us each (CUDA launch latency; NVIDIA, "Getting Started with CUDA Graphs", 2019).
     eager_launch_s_per_layer: float = 60e-6
+    # Fixed seconds per transformer layer of every forward pass, beyond its FLOPs and bytes: the
+    # framework's per-kernel launch and dispatch cost (a few kernels per layer). 0 (the default)
+    # for GPU engines, whose steps the FLOP, HBM and per-step terms already cover; `hetrl
+    # calibrate` fits it to a tiny model's CPU trace, where dispatch dominates the arithmetic
+    # (without it the fit drives FLOP efficiencies to ~1e-4 to explain the time). Charged once per
+    # layer per decode step, per prefill chunk and per micro-batch forward (x3 for a training
+    # forward+backward).
+    launch_overhead_s_per_layer: float = 0.0
     # Fixed cost of a co-located engine's sleep and wake per iteration (free and re-allocate the
     # KV pool, restore CUDA graphs): vLLM's sleep-mode post (2025-10) measures a level-1 wake of
     # Qwen3-0.6B at 0.26 s, of which moving 1.2 GB of weights takes ~0.05 s.
@@ -102,14 +110,15 @@ class CostParams:
                     "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
                     "activation_bytes_per_token_hidden", "host_link_GBps",
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden"):
+                    "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
+                    "launch_overhead_s_per_layer"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
                     "optimizer_step_hbm_bytes"):
             require(is_int(getattr(self, key)), f"params.{key}", getattr(self, key),
                     "must be an integer")
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes", "flops_half_hidden"):
+                    "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.flops_reference_hidden >= 1, "params.flops_reference_hidden",
                 self.flops_reference_hidden, "must be >= 1 (a hidden size)")

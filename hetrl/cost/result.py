@@ -62,6 +62,9 @@ class Estimate:
     generation_concurrency: int
     memory: MemoryReport
     task_violations: tuple[str, ...] = ()
+    #: the generation task's (prefill seconds, decode seconds, decode steps), its slowest replica
+    #: (what ``hetrl calibrate`` compares with a trace's phase spans; not in :meth:`to_dict`)
+    generation_phases: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @cached_property
     def peak_memory_gb(self) -> dict[int, float]:
@@ -108,3 +111,5 @@ class TaskResult:
     parts: dict[str, float]
     violations: tuple[str, ...]
     concurrency: int = 0
+    #: generation: (prefill seconds, decode seconds, decode steps) of the slowest replica
+    phases: tuple[float, float, float] = (0.0, 0.0, 0.0)

@@ -38,11 +38,13 @@ TENSORS_PER_LAYER = 9
 
 def decode_step_overhead_s(shapes: tuple[StageShape, ...], params: CostParams,
                            cuda_graphs: bool) -> float:
-    """Seconds of fixed work per decode step of one replica of ``shapes``."""
+    """Seconds of fixed work per decode step of one replica of ``shapes`` (with
+    ``launch_overhead_s_per_layer`` x the layers of its longest stage)."""
+    layers = max(s.layers for s in shapes)
+    fixed = params.decode_step_overhead_s + params.launch_overhead_s_per_layer * layers
     if cuda_graphs:
-        return params.decode_step_overhead_s
-    return params.decode_step_overhead_s + params.eager_launch_s_per_layer * max(
-        s.layers for s in shapes)
+        return fixed
+    return fixed + params.eager_launch_s_per_layer * layers
 
 
 def kv_pool_cap(total_bytes: float, engine_weight_bytes: float,

@@ -34,6 +34,8 @@ class ReplicaCost:
     parts: dict[str, float]
     concurrency: int = 0  # generation: sequences decoded at once
     violations: tuple[str, ...] = field(default=())
+    #: generation: (prefill seconds, decode seconds, decode steps); the two sum to ``seconds``
+    phases: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def _parts(**kw: float) -> dict[str, float]:
@@ -170,10 +172,20 @@ class _GenerationEngine:
         hbm = pre_h + sat_steps * sm + dm
         tp = pre_tp + sat_steps * stp + dtp
         pp = pre_pp + sat_steps * spp + dpp
-        overhead = (sat_steps + dsteps) * self.step_overhead_s
+        steps = sat_steps + dsteps
+        overhead = steps * self.step_overhead_s
+        launch = params.launch_overhead_s_per_layer
+        if launch > 0:  # prefill launches every layer once per chunk, stage after stage
+            pre_launch = chunks * launch * sum(s[6] for s in self.stages)
+            overhead += pre_launch
+        else:
+            pre_launch = 0.0
         parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
                  "data": 0.0, "overhead": overhead, "offload": 0.0}
-        return ReplicaCost(compute + hbm + tp + pp + overhead, parts, B, violations)
+        seconds = compute + hbm + tp + pp + overhead
+        prefill = pre_c + pre_h + pre_tp + pre_pp + pre_launch
+        return ReplicaCost(seconds, parts, B, violations,
+                           (prefill, max(seconds - prefill, 0.0), steps))
 
 
 
@@ -367,6 +379,9 @@ class _ForwardEngine:
                                  g.intra_Bps, g.inter_latency_s, g.inter_Bps, g.cross_Bps)
                                 for mfpt, afpc, rate, hb, tpl, g, link_eff in stages], dtype=float)
         self.sends = np.array(sends, dtype=float).reshape(len(sends), 3)
+        #: fixed launch seconds per micro-batch: every layer, x3 for a forward+backward
+        self.launch_s = params.launch_overhead_s_per_layer * sum(s.layers for s in shapes) * (
+            3.0 if self.training else 1.0)
 
     def replica(self, n: float, load: float = 1.0) -> ReplicaCost:
         """``n`` sequences in the engine's micro-batches, each micro-batch carrying ``load`` x
@@ -382,6 +397,10 @@ class _ForwardEngine:
         total, compute, hbm, tp, pp, bubble = forward_replica_seconds(
             self.stages, self.sends, seqs, m, mean, sq, self.hidden,
             self.value_bytes, self.mult, self.training, not self.training, self.tp_overlap)
+        overhead = 0.0
+        if self.launch_s > 0:  # every micro-batch launches every layer, stage after stage
+            overhead = m * self.launch_s
+            total += overhead
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
-                                   "pp": pp, "dp": 0.0, "data": 0.0, "overhead": 0.0,
+                                   "pp": pp, "dp": 0.0, "data": 0.0, "overhead": overhead,
                                    "offload": 0.0})

@@ -150,6 +150,8 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
         if s.kind == "fault":
             faults.append(s.start_s)
             continue
+        if s.kind == "phase":  # inside its tasklet, which the chart draws
+            continue
         rows = _span_rows(s, member)
         hatch = HATCHES[s.iteration % 2]
         if s.kind in ("transfer", "collective") or s.task == WEIGHT_SYNC:

@@ -8,6 +8,7 @@ log-probabilities for identical weights.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 
 import torch
@@ -64,13 +65,20 @@ class TorchRollout:
         self.spec = spec
         self.device = torch.device(device)
         self.model = build_causal_lm(spec, seed).to(self.device).eval()
+        self.last_phases: tuple[tuple[str, float, float, dict], ...] = ()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
                  seed: int = 0) -> list[list[int]]:
         """Response ids per prompt: sampled from softmax(logits / temperature) (greedy when
         ``temperature`` is 0) with a generator seeded by ``seed``; a response ends after EOS
-        (kept) or at ``max_new_tokens`` tokens."""
+        (kept) or at ``max_new_tokens`` tokens.
+
+        Sets ``last_phases``: (name, start s, end s, meta) of the ``prefill`` (the forward over
+        the prompts that samples the first token; meta ``sequences``, ``prompt_tokens``) and the
+        ``decode`` (the one-token steps after it; meta ``steps``, ``tokens``, ``batch``), times
+        from the call's start (the worker records them as ``phase`` spans)."""
+        t0 = time.perf_counter()
         longest = check_generate_args(prompts, max_new_tokens, temperature,
                                       self.spec.max_positions)
         B = len(prompts)
@@ -86,6 +94,8 @@ class TorchRollout:
         cache = DynamicCache(config=self.model.config)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         out_tokens = []
+        t_prefill = None
+        decode_tokens = 0
         for _ in range(max_new_tokens):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 use_cache=True, **{CACHE_KWARG: cache}).logits[:, -1].float()
@@ -94,8 +104,12 @@ class TorchRollout:
             else:
                 probs = torch.softmax(logits / temperature, dim=-1)
                 token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            if t_prefill is not None:
+                decode_tokens += int((~done).sum())
             token = torch.where(done, PAD, token)
             out_tokens.append(token)
+            if t_prefill is None:
+                t_prefill = time.perf_counter() - t0
             done |= token == EOS
             if bool(done.all()):
                 break
@@ -103,6 +117,13 @@ class TorchRollout:
             mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
             positions = next_position
             next_position = next_position + 1
+        t_end = time.perf_counter() - t0
+        t_prefill = t_end if t_prefill is None else t_prefill
+        self.last_phases = (
+            ("prefill", 0.0, t_prefill, {"sequences": B,
+                                         "prompt_tokens": sum(len(p) for p in prompts)}),
+            ("decode", t_prefill, t_end, {"steps": len(out_tokens) - 1, "tokens": decode_tokens,
+                                          "batch": B}))
         responses = []
         for row in torch.stack(out_tokens, dim=1).tolist():
             responses.append(row[: row.index(EOS) + 1] if EOS in row else row)

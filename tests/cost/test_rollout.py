@@ -40,6 +40,34 @@ def test_an_eager_engine_pays_each_layers_launches_every_decode_step():
         e - g, rel=1e-9)
 
 
+def test_the_launch_term_is_zero_by_default_and_charged_per_layer_per_forward():
+    """``launch_overhead_s_per_layer`` (0 by default: no estimate moves) adds layers x launch to
+    each decode step, each prefill chunk and each micro-batch forward (x3 in training); the
+    generation's prefill and decode phases sum to its time."""
+    wl, cl = workload_preset("tiny-grpo-sync"), cluster_preset("tiny4-single-region")
+    plan = colocated_plan(wl, cl)
+    base = CostModel(wl, cl).estimate(plan)
+    assert DEFAULT_PARAMS.launch_overhead_s_per_layer == 0.0
+    zero = CostModel(wl, cl, replace(DEFAULT_PARAMS, launch_overhead_s_per_layer=0.0)).estimate(plan)
+    assert zero.to_dict() == base.to_dict()
+    launch = 1e-4
+    est = CostModel(wl, cl, replace(DEFAULT_PARAMS, launch_overhead_s_per_layer=launch)
+                    ).estimate(plan)
+    pre0, dec0, steps = base.generation_phases
+    pre1, dec1, steps1 = est.generation_phases
+    assert pre0 + dec0 == pytest.approx(base.tasks["actor_generation"], rel=1e-12)
+    assert pre1 + dec1 == pytest.approx(est.tasks["actor_generation"], rel=1e-12)
+    layers = wl.model("actor").layers
+    assert steps1 == steps > 0
+    assert dec1 - dec0 == pytest.approx(steps * layers * launch, rel=1e-9)
+    assert pre1 > pre0
+    for task in ("reference_inference", "actor_training"):
+        assert est.tasks[task] > base.tasks[task]
+        assert est.parts[task]["overhead"] > 0 == base.parts[task]["overhead"]
+    with pytest.raises(SpecError, match="launch_overhead_s_per_layer"):
+        replace(DEFAULT_PARAMS, launch_overhead_s_per_layer=-1.0)
+
+
 def test_gpu_memory_utilization_caps_the_kv_pool_of_a_dedicated_engine():
     """A dedicated engine's pool takes what is left unless vLLM is told a share: at 0.3 of an
     80 GB GPU, less its 8 GB weight shard, the pool (and so the concurrency) is smaller."""

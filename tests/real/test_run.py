@@ -70,6 +70,22 @@ def test_grpo_trace_is_complete_and_loadable(cross_region):
         if s.task in wl.task_names:
             assert set(s.devices) == set(plan.placement(s.task).device_ids), s
     assert {s.devices for s in trace.spans_of("task", "actor_training")} == {(1, 2)}
+    # each generation tasklet holds its prefill then its decode as phase spans
+    gen = trace.spans_of("tasklet", "actor_generation")
+    phases = trace.spans_of("phase", "actor_generation")
+    assert len(phases) == 2 * len(gen) > 0
+    for t in gen:
+        mine = sorted((p for p in phases if p.iteration == t.iteration and p.devices == t.devices),
+                      key=lambda p: p.start_s)
+        assert [p.name for p in mine] == ["prefill", "decode"]
+        prefill, decode = mine
+        assert t.start_s <= prefill.start_s <= prefill.end_s <= decode.start_s
+        assert decode.end_s <= t.end_s
+        assert prefill.meta["sequences"] == t.meta["sequences"] and prefill.meta["prompt_tokens"] > 0
+        assert decode.meta["batch"] == t.meta["sequences"]
+        assert 0 <= decode.meta["steps"] < wl.response_length.max
+        assert 0 <= decode.meta["tokens"] <= decode.meta["steps"] * decode.meta["batch"]
+    assert set(trace.phase_seconds("actor_generation")) == {"prefill", "decode"}
     # the simulator's tooling reads it: round trip through JSON and Chrome export
     again = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
     assert again.task_seconds() == trace.task_seconds()

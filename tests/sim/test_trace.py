@@ -121,3 +121,26 @@ def test_a_task_span_occupies_its_own_devices_not_its_inputs_sources():
     early = [Span("x input", "transfer", "x", 0, 1.0, 2.0, (0, 5)),
              Span("x", "tasklet", "x", 0, 2.0, 3.0, (5,))]
     assert [(s.start_s, s.end_s, s.devices) for s in task_spans(early)] == [(1.0, 3.0, (5,))]
+
+
+def test_version_1_traces_load_and_phase_spans_need_version_2():
+    """Version 2 added ``phase`` spans; a version-1 trace (none) still loads, and a phase span
+    in one is a clear error."""
+    d = small_trace().to_dict()
+    assert SCHEMA_VERSION == 2
+    old = Trace.from_dict({**d, "schema_version": 1})
+    assert old.schema_version == 1 and old.spans == Trace.from_dict(d).spans
+    phase = {**d["spans"][0], "kind": "phase", "name": "prefill"}
+    with pytest.raises(SpecError, match=r"trace\.spans\[1\]\.kind = 'phase'"):
+        Trace.from_dict({**d, "schema_version": 1, "spans": [d["spans"][0], phase]})
+    assert Trace.from_dict({**d, "spans": [d["spans"][0], phase]}).spans[1].kind == "phase"
+
+
+def test_phase_seconds_take_the_slowest_replica_per_iteration():
+    spans = [Span("prefill", "phase", "gen", it, 0.0, x, (d,)) for it, d, x in
+             ((0, 0, 9.0), (1, 0, 1.0), (1, 1, 3.0), (2, 0, 2.0))]
+    spans += [Span("decode", "phase", "gen", it, 0.0, 5.0 + it, (0,)) for it in (0, 1, 2)]
+    trace = Trace("sim", "w", "c", tuple(spans), ((0, 10), (10, 20), (20, 30)))
+    assert trace.phase_seconds("gen") == {"prefill": 2.5, "decode": 6.5}  # after iteration 0
+    assert trace.phase_seconds("gen", skip_first=False)["prefill"] == pytest.approx(14 / 3)
+    assert trace.phase_seconds("other") == {}
