@@ -73,9 +73,7 @@ class ForwardTerms:
         parts = {k: v * steps for k, v in worst.parts.items()}
         seconds = worst.seconds * steps
         if p.backend == "fsdp":
-            n = samples * max(p.data_shares) / steps
-            mbs = self._batching[kind]
-            micro, _ = micro_count(n, mbs, self.L.seq_mean, straggler_load(n, p.dp, self.L, group))
+            micro = self._slowest_micro_batches(p, kind, steps)
             comm_s, opt_s = self._fsdp_comm_and_optimizer(p, shapes)
             if kind != "training":
                 comm_s, opt_s = comm_s[1], 0.0  # one all-gather of the weights per micro-batch
@@ -91,15 +89,20 @@ class ForwardTerms:
         elif kind == "training":
             dp_s, opt_s = self._dp_and_optimizer(p, shapes)
             if self.workload.overlap_grad_reduce and dp_s > 0:
-                n = samples * max(p.data_shares) / steps
-                micro, _ = micro_count(n, self._batching[kind], self.L.seq_mean,
-                                       straggler_load(n, p.dp, self.L, group))
-                work = (worst.parts["compute"] + worst.parts["hbm"]) / max(micro, 1)
+                micro = self._slowest_micro_batches(p, kind, steps)
+                work = (worst.parts["compute"] + worst.parts["hbm"]) / micro
                 dp_s = exposed_grad_sync(dp_s, work, 4.0 if self.workload.recompute else 3.0)
             parts["dp"] += dp_s * steps
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps
         return TaskResult(seconds, parts, ())
+
+    def _slowest_micro_batches(self, p: TaskPlacement, kind: str, steps: int) -> int:
+        """Micro-batches per optimizer step of ``p``'s largest-share replica at its straggler
+        load (what FSDP's lockstep and Megatron's overlapped DP sync are timed against)."""
+        n = self.workload.samples * max(p.data_shares) / steps
+        load = straggler_load(n, p.dp, self.L, self.workload.responses_per_prompt)
+        return micro_count(n, self._batching[kind], self.L.seq_mean, load)[0]
 
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetrl.errors import SpecError
@@ -151,8 +151,7 @@ def verl_layout(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Ver
             notes.append(f"{model}: (tp, pp) = ({tp}, {pp}) does not divide the {n} GPUs of "
                          f"{pool.name} (verl runs every model on all of its pool's GPUs); "
                          f"exported as the nearest that does, ({near[0]}, {near[1]})")
-    return VerlLayout(out.strategy, out.rollout_pool, out.reward_pool, out.pools, layouts,
-                      tuple(notes))
+    return replace(out, notes=tuple(notes))  # (``layouts`` is out's own dict, amended above)
 
 
 def nearest_layout(tp: int, pp: int, gpus: int, per_node: int) -> tuple[int, int]:
