@@ -56,13 +56,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         picture_format(args.gantt, None, "--gantt")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    plan = load_plan(args.plan, workload, cluster)
-    params = load_params(args.params, cluster)
-    require_plan_fits(plan, workload, cluster, params)
     if args.iterations * workload.samples > MAX_SIMULATED_SEQUENCES:
         raise OptionError("--iterations", args.iterations,
                           f"times {workload.samples:,} sequences per iteration is more than "
                           f"{MAX_SIMULATED_SEQUENCES:,} sequences, the limit of one simulation")
+    plan = load_plan(args.plan, workload, cluster)
+    params = load_params(args.params, cluster)
+    require_plan_fits(plan, workload, cluster, params)
     faults = None
     if args.faults:
         nodes: dict[str, list[int]] = {}
