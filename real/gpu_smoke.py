@@ -214,8 +214,7 @@ def megatron_step(run: Any, last: dict[str, Any], seed: int, device: str = "cuda
     losses, seconds = [], []
     for _ in range(3):
         t = time.perf_counter()
-        stats = meg.forward_backward(batch, extras)
-        meg.step()
+        stats = meg.train_step([(batch, extras)], [1.0])
         device_sync(device)()
         seconds.append(time.perf_counter() - t)
         losses.append(stats["loss"])

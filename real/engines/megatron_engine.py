@@ -1,22 +1,36 @@
-"""A training engine on megatron-core's GPTModel (local layer spec, no Transformer Engine).
+"""A training engine on megatron-core: GPTModel (local layer spec, no Transformer Engine) over a
+plan's (dp, pp, tp) grid, Megatron's own pipeline schedule (1F1B), DistributedDataParallel and
+distributed optimizer.
 
-The model is Megatron's, configured as the tiny Qwen3 of :mod:`real.model` (RMSNorm, SwiGLU,
-GQA, q/k RMSNorm, RoPE, untied head), starting from exactly the weights
-``build_causal_lm(spec, seed)`` (or ``build_value_model``) holds, converted by
-:mod:`real.engines.megatron_convert`; :meth:`MegatronTrainer.state_dict` converts back, so a
-:class:`~real.engines.torch_engine.TorchRollout` or a vLLM rollout loads it unchanged. The loss
-is :func:`real.algos.trainer_loss`, the optimizer torch Adam with the same clipping as
-:class:`~real.engines.torch_engine.TorchTrainer`: for identical inputs the two trainers agree up
-to floating-point rounding.
+The model is configured as the tiny Qwen3 of :mod:`real.model` (RMSNorm, SwiGLU, GQA, q/k
+RMSNorm, RoPE, untied head) and starts from exactly the weights ``build_causal_lm(spec, seed)``
+(or ``build_value_model``) holds, converted by :mod:`real.engines.megatron_convert` and sliced
+for this rank's stage and tensor rank by :mod:`real.engines.megatron_parallel`.
+:meth:`MegatronTrainer.state_dict` gathers the stage's tensor ranks and converts back, so a
+:class:`~real.engines.torch_engine.TorchRollout` or a vLLM rollout loads it unchanged (one stage
+slice per pipeline stage, merged by the receiver, as the torch engine's stages).
 
-Parallelism: tensor and pipeline parallel size 1 in a torch.distributed world of one process
-(initialised here if nobody did: NCCL on CUDA, gloo on CPU). Pipeline stages are not
-implemented (constructing with ``stages`` raises).
+One training step (:meth:`MegatronTrainer.train_step`) is Megatron's: the schedule of
+``get_forward_backward_func`` over the replica's micro-batches (1F1B when pp > 1, p2p over the
+``pp`` group), with ``calculate_per_token_loss``: each micro-batch returns its token-sum loss
+(:func:`real.algos.trainer_loss`'s token mean x its response tokens) and its token count, DDP
+sums gradients over the replicas (reduce-scatter into the distributed optimizer's shards) and
+``finalize_model_grads`` divides by the whole batch's response tokens, so replicas with uneven
+data shares train on the whole batch's token-mean loss, as the torch path does; then the
+optimizer clips to the global norm (over tp, pp and dp) and steps (Adam, no weight decay), and
+all-gathers the parameters. For identical inputs the result equals
+:class:`~real.engines.torch_engine.TorchTrainer`'s up to floating-point rounding.
 
-CPU: megatron-core assumes CUDA in two places a forward pass reaches (RoPE frequencies are moved
-to ``torch.cuda.current_device()``; attention forks the CUDA RNG tracker). On ``device="cpu"``
-the forward runs under :func:`cpu_shims`, which redirects both for its duration. That mode exists
-to test this engine against TorchTrainer on machines without a GPU; it is not for real runs.
+Process groups are explicit (megatron-core's ``ProcessGroupCollection``), not
+``parallel_state``'s globals, so one process can host the trainers of several tasks (an actor
+and a critic on one device) in a world that also holds generation and inference workers.
+
+CPU: megatron-core assumes CUDA in places a training step reaches (``torch.cuda``
+``current_device``/``synchronize``, tensors made on ``"cuda"``, CUDA type names checked by the
+optimizer and gradient clipping, the CUDA RNG tracker). On ``device="cpu"`` the engine's calls
+into megatron-core run under :func:`cpu_shims`, which redirects those for their duration; gloo
+carries every collective. That mode exists to test this engine against TorchTrainer on machines
+without a GPU; on GPUs the same code runs on NCCL.
 
 megatron-core is imported only when an engine is built; without it the error says how to
 install it.
@@ -25,9 +39,11 @@ install it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,10 +54,26 @@ from hetrl.errors import HetrlError, require
 from real.algos import TRAINER_ROLES, AlgoConfig, trainer_loss
 from real.engines.base import Extras, RolloutBatch
 from real.engines.megatron_convert import hf_to_megatron, megatron_to_hf
-from real.engines.torch_engine import clipped_step, grad_sq_norm
+from real.engines.megatron_parallel import (
+    MegatronGrid,
+    create_groups,
+    mark_tensor_parallel,
+    padded_vocab,
+    process_group_collection,
+    renumber,
+    shard,
+    stage_slice,
+    task_world,
+    unshard,
+)
 from real.model import TinyModelSpec, build_causal_lm, build_value_model, qwen3_config
 
 INSTALL_HINT = "the megatron engine needs megatron-core: pip install -e '.[gpu]'"
+#: Called with (stage index of the sender, bytes) after each pipeline p2p receive; the real
+#: backend's network emulation waits there.
+OnReceive = Callable[[int, float], None]
+#: torch factories megatron-core calls with ``device="cuda"`` literally (see :func:`cpu_shims`).
+CUDA_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange")
 
 
 def import_megatron() -> Any:
@@ -59,27 +91,57 @@ def import_megatron() -> Any:
 
 @contextlib.contextmanager
 def cpu_shims() -> Iterator[None]:
-    """Let a megatron-core forward pass run on CPU: ``torch.cuda.current_device()`` returns
-    ``"cpu"``, the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured) and
-    Megatron's global scratch buffer is a fresh one (a CUDA engine built earlier in the process
-    leaves CUDA tensors in it, which the attention would reuse), all restored on exit.
-    Process-global while active; for tests only."""
+    """Let megatron-core's forward, backward, schedule and optimizer run on CPU tensors, all
+    restored on exit (process-global while active; for the CPU test mode only):
+
+    * ``torch.cuda.current_device()`` returns ``"cpu"`` and ``torch.cuda.synchronize()`` does
+      nothing;
+    * ``torch.zeros``, ``torch.tensor`` and the other factories of ``CUDA_FACTORIES`` given
+      ``device="cuda"`` (the schedules' token counter, the optimizer's overflow flag) make CPU
+      tensors;
+    * ``Tensor.type()`` of a CPU float tensor reads ``torch.cuda.FloatTensor`` (the optimizer
+      and gradient clipping accept only CUDA type names);
+    * the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured);
+    * Megatron's global scratch buffer is a fresh one (unset without ``parallel_state``'s
+      initialisation; a CUDA engine built earlier in the process leaves CUDA tensors in it,
+      which the attention would reuse).
+    """
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.utils import GlobalMemoryBuffer
 
     tracker = tensor_parallel.get_cuda_rng_tracker()
-    saved_device, saved_fork = torch.cuda.current_device, tracker.fork
-    saved_buffer = parallel_state._GLOBAL_MEMORY_BUFFER
+    factories = {name: getattr(torch, name) for name in CUDA_FACTORIES}
+    saved = (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
+             parallel_state._GLOBAL_MEMORY_BUFFER)
+    type_of = torch.Tensor.type
+
+    def on_cpu(factory: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def make(*args: Any, **kwargs: Any) -> torch.Tensor:
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return factory(*args, **kwargs)
+        return make
+
+    def cuda_type(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        name = type_of(self, *args, **kwargs)
+        if not args and not kwargs and isinstance(name, str) and self.device.type == "cpu":
+            return name.replace("torch.", "torch.cuda.", 1)
+        return name
+
     torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    for name, factory in factories.items():
+        setattr(torch, name, on_cpu(factory))
+    torch.Tensor.type = cuda_type
     tracker.fork = lambda *args, **kwargs: contextlib.nullcontext()
-    if saved_buffer is not None:
-        parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
+    parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
     try:
         yield
     finally:
-        torch.cuda.current_device = saved_device
-        tracker.fork = saved_fork
-        parallel_state._GLOBAL_MEMORY_BUFFER = saved_buffer
+        (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
+         parallel_state._GLOBAL_MEMORY_BUFFER) = saved
+        for name, factory in factories.items():
+            setattr(torch, name, factory)
 
 
 def _free_port() -> int:
@@ -88,31 +150,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_model_parallel(device: torch.device, seed: int) -> None:
-    """A torch.distributed world of one (unless one exists) and Megatron's TP = PP = 1 groups;
-    on CUDA also Megatron's model-parallel RNG state (seeded by ``seed``). Idempotent."""
+def one_process_world(device: torch.device) -> dict[str, Any]:
+    """A torch.distributed world of one process (NCCL on CUDA, gloo on CPU), unless one exists,
+    and the groups of a one-device grid in it (for an engine used alone, as in tests)."""
     import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
 
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
                                 rank=0, world_size=1)
     require(dist.get_world_size() == 1, "torch.distributed world size", dist.get_world_size(),
-            "must be 1: the megatron engine runs tensor and pipeline parallel size 1 in its own "
-            "process and does not take part in a larger world")
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
-    if device.type == "cuda" and not tensor_parallel.get_cuda_rng_tracker().is_initialized():
-        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+            "must be 1 for a megatron engine built without a grid; pass grid and groups to "
+            "train in a larger world")
+    return create_groups(MegatronGrid("alone", (((0,),),), (0, 1)).groups(), 0)
 
 
-def transformer_config(spec: TinyModelSpec) -> Any:
-    """Megatron's TransformerConfig of ``spec`` (float32, no dropout, no fused kernels)."""
+def transformer_config(spec: TinyModelSpec, grid: MegatronGrid | None = None) -> Any:
+    """Megatron's TransformerConfig of ``spec`` on ``grid`` (float32, no dropout, no fused
+    kernels, per-token loss, p2p shapes sent with each micro-batch)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     hf = qwen3_config(spec)
-    return TransformerConfig(
+    tp, pp = (grid.tp, grid.pp) if grid else (1, 1)
+    first, last = grid.layer_split() if grid else (None, None)
+    config = TransformerConfig(
         num_layers=spec.layers, hidden_size=spec.hidden, ffn_hidden_size=spec.ffn,
         num_attention_heads=spec.heads, num_query_groups=spec.kv_heads, kv_channels=spec.head_dim,
         normalization="RMSNorm", layernorm_epsilon=hf.rms_norm_eps, gated_linear_unit=True,
@@ -121,7 +182,13 @@ def transformer_config(spec: TinyModelSpec) -> Any:
         pipeline_dtype=torch.float32, bf16=False, fp16=False, use_cpu_initialization=True,
         perform_initialization=False, masked_softmax_fusion=False, bias_activation_fusion=False,
         bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last,
+        calculate_per_token_loss=True,
     )
+    # set after __post_init__, whose check of it concerns MoE token dispatchers only
+    config.variable_seq_lengths = True
+    return config
 
 
 class ValueHead(nn.Linear):
@@ -136,9 +203,13 @@ class ValueHead(nn.Linear):
         return super().forward(x), None
 
 
-def build_gpt_model(spec: TinyModelSpec, value_model: bool = False) -> nn.Module:
-    """An (uninitialised) GPTModel shaped as ``spec``, on CPU; ``value_model``: a
-    :class:`ValueHead` in place of the vocabulary projection."""
+def build_gpt_model(spec: TinyModelSpec, value_model: bool = False,
+                    grid: MegatronGrid | None = None, stage: int = 0,
+                    pg_collection: Any = None) -> nn.Module:
+    """An (uninitialised) GPTModel shaped as ``spec``, on CPU: stage ``stage`` of ``grid`` (the
+    whole model without one), its vocabulary padded to a multiple of tp; ``value_model``: a
+    :class:`ValueHead` in place of the vocabulary projection. The actor's logits come back
+    gathered over the tensor ranks (``parallel_output=False``): the loss is the torch path's."""
     import_megatron()
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -146,30 +217,58 @@ def build_gpt_model(spec: TinyModelSpec, value_model: bool = False) -> nn.Module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         layer_spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
-    model = GPTModel(transformer_config(spec), layer_spec, vocab_size=spec.vocab,
+    pp = grid.pp if grid else 1
+    model = GPTModel(transformer_config(spec, grid), layer_spec,
+                     vocab_size=padded_vocab(spec.vocab, grid.tp if grid else 1),
                      max_sequence_length=spec.max_positions, position_embedding_type="rope",
                      rotary_base=int(qwen3_config(spec).rope_parameters["rope_theta"]),
-                     share_embeddings_and_output_weights=False)
-    if value_model:
+                     share_embeddings_and_output_weights=False, parallel_output=False,
+                     pre_process=stage == 0, post_process=stage == pp - 1,
+                     pg_collection=pg_collection)
+    if value_model and stage == pp - 1:
         model.output_layer = ValueHead(spec.hidden)
     return model
 
 
-class MegatronTrainer:
-    """Actor or critic trainer on a megatron-core GPTModel; see the module docstring.
+class _TimedP2P:
+    """Megatron's P2PCommunicator that reports each receive (sender's stage, bytes) to
+    ``on_receive`` and adds the time spent communicating to ``comm_s``."""
 
-    Same interface as :class:`~real.engines.torch_engine.TorchTrainer` in whole-model mode
-    (``forward_backward``, ``step``, ``state_dict`` with HF names, ``parameters``,
-    ``grad_sq_norm``, ``.module``, ``.optimizer``).
+    def __new__(cls, pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:
+        from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
+
+        class TimedP2P(P2PCommunicator):
+            comm_s = 0.0
+
+            def _communicate(self, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                prev, nxt, reqs = super()._communicate(**kwargs)
+                rank, size = pp_group.rank(), pp_group.size()
+                if on_receive is not None:
+                    for tensor, peer in ((prev, rank - 1), (nxt, rank + 1)):
+                        if tensor is not None and 0 <= peer < size:
+                            on_receive(peer, float(tensor.numel() * tensor.element_size()))
+                self.comm_s += time.perf_counter() - start
+                return prev, nxt, reqs
+
+        return TimedP2P(pp_group, config)
+
+
+class MegatronTrainer:
+    """Actor or critic trainer on megatron-core; see the module docstring.
+
+    ``grid`` (the task's :class:`MegatronGrid`), ``device_id`` (this rank's device in it) and
+    ``groups`` (the created process groups, :func:`create_groups`) place it in a larger world;
+    without them it trains the whole model alone in a world of one. ``stage``/``stages`` (the
+    torch engine's pipeline arguments) must agree with the grid when given.
     """
 
     def __init__(self, role: str, spec: TinyModelSpec, seed: int, device: str = "cuda",
                  cfg: AlgoConfig | None = None, stage: int | None = None,
-                 stages: list[int] | None = None):
+                 stages: Sequence[int] | None = None, grid: MegatronGrid | None = None,
+                 device_id: int | None = None, groups: Mapping[str, Any] | None = None,
+                 on_receive: OnReceive | None = None):
         require(role in TRAINER_ROLES, "role", role, f"must be one of {TRAINER_ROLES}")
-        if stage is not None or stages is not None:
-            raise HetrlError(f"stages = {stages}: the megatron engine does not implement pipeline "
-                             "stages; use the torch engine for pipelined training tasks")
         self.device = torch.device(device)
         require(self.device.type in ("cpu", "cuda"), "device", device, "must be cpu or cuda[:i]")
         if self.device.type == "cuda":
@@ -177,75 +276,210 @@ class MegatronTrainer:
             if self.device.index is not None:
                 torch.cuda.set_device(self.device)
         import_megatron()
-        self.role, self.spec, self.stages = role, spec, None
-        self.pipeline = False
-        self.cfg = cfg or AlgoConfig()
-        init_model_parallel(self.device, seed)
-        value = role == "critic"
-        self.module = build_gpt_model(spec, value_model=value)
-        hf = (build_value_model if value else build_causal_lm)(spec, seed).state_dict()
+        if grid is None:
+            require(stages is None, "stages", stages, "need the task's grid (pipeline stages "
+                    "run in a world with one process per stage)")
+            grid, device_id = MegatronGrid("alone", (((0,),),), (0, spec.layers)), 0
+            groups = one_process_world(self.device)
+        require(groups is not None and device_id is not None, "groups", groups,
+                "must be given with the grid, with device_id")
+        self.role, self.spec, self.cfg = role, spec, cfg or AlgoConfig()
+        self.grid = grid
+        self.replica, self.stage, self.tp_rank = grid.coords(device_id)
+        require(stage is None or stage == self.stage, "stage", stage,
+                f"must be the grid's stage of device {device_id} ({self.stage})")
+        require(stages is None or tuple(stages) == grid.boundaries, "stages", stages,
+                f"must be the grid's boundaries {grid.boundaries}")
+        self.first_layer, self.last_layer = grid.boundaries[self.stage], grid.boundaries[self.stage + 1]
+        self.pre, self.post = self.stage == 0, self.stage == grid.pp - 1
+        self.stages = list(grid.boundaries) if grid.pp > 1 else None
+        self.pipeline = grid.pp > 1
+        self.pgc = process_group_collection(grid, device_id, groups)
+        self.on_receive = on_receive
+        self.comm_s = 0.0  # seconds the last train_step spent in pipeline p2p
+        with self._shims():
+            self._build(seed)
+        self._export: dict[str, torch.Tensor] = {}
+        self.refresh_export()
+
+    def _shims(self) -> Any:
+        return cpu_shims() if self.device.type == "cpu" else contextlib.nullcontext()
+
+    def _build(self, seed: int) -> None:
+        from megatron.core import parallel_state
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        if parallel_state._GLOBAL_MEMORY_BUFFER is None:  # the attention's scratch space, made
+            parallel_state._set_global_memory_buffer()    # by initialize_model_parallel
+        value = self.role == "critic"
+        self.module = build_gpt_model(self.spec, value, self.grid, self.stage, self.pgc)
+        hf = (build_value_model if value else build_causal_lm)(self.spec, seed).state_dict()
         self.load_hf_state(hf)
+        mark_tensor_parallel(self.module, value)
         self.module.to(self.device).train()
-        lr = self.cfg.lr if role == "actor" else self.cfg.critic_lr
-        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=lr)
+        self.config = self.module.config
+        ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                            use_distributed_optimizer=True)
+        self.ddp = DistributedDataParallel(self.config, ddp, self.module,
+                                           pg_collection=self.pgc)
+        self.config.no_sync_func = self.ddp.no_sync
+        self.config.finalize_model_grads_func = functools.partial(finalize_model_grads)
+        lr = self.cfg.lr if self.role == "actor" else self.cfg.critic_lr
+        opt = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, adam_beta1=0.9,
+                              adam_beta2=0.999, adam_eps=1e-8, clip_grad=self.cfg.grad_clip,
+                              use_distributed_optimizer=True, bf16=False, fp16=False,
+                              params_dtype=torch.float32)
+        with warnings.catch_warnings(), task_world(self.pgc.intra_dist_opt):
+            warnings.simplefilter("ignore")
+            self.optimizer = get_megatron_optimizer(opt, [self.ddp], use_gloo_process_groups=False,
+                                                    pg_collection=self.pgc)
+        self.p2p = _TimedP2P(self.pgc.pp, self.config, self.on_receive)
 
     # --- weights ---
-    def load_hf_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Load HF-named weights (all of the model's must be there)."""
-        converted = hf_to_megatron(state, self.spec)
-        missing, unexpected = self.module.load_state_dict(converted, strict=False)
+    def load_hf_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load HF-named weights of the whole model (this rank keeps its stage and tensor
+        rank's part; all of its weights must be there)."""
+        full = stage_slice(hf_to_megatron(state, self.spec), self.first_layer, self.last_layer,
+                           self.pre, self.post)
+        rows = padded_vocab(self.spec.vocab, self.grid.tp)
+        value = self.role == "critic"
+        mine = {k: shard(k, v, self.grid.tp, self.tp_rank, rows, value) for k, v in full.items()}
+        missing, unexpected = self.module.load_state_dict(mine, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]
         require(not missing and not unexpected, "state", {"missing": missing,
                                                           "unexpected": unexpected},
                 "must hold exactly the GPTModel's weights")
 
+    def refresh_export(self) -> None:
+        """Gather this stage's weights over its tensor ranks (a collective of the ``tp`` group:
+        every tensor rank calls it) into HF-named CPU tensors, kept for :meth:`state_dict`."""
+        import torch.distributed as dist
+
+        tp, out = self.grid.tp, {}
+        for name, p in self.module.state_dict().items():
+            if name.endswith("_extra_state") or not isinstance(p, torch.Tensor):
+                continue
+            t = p.detach().to("cpu", copy=True)
+            parts = [t]
+            if tp > 1:
+                parts = [torch.empty_like(t) for _ in range(tp)]
+                dist.all_gather(parts, t.contiguous(), group=self.pgc.tp)
+            out[name] = unshard(name, parts, self.spec.vocab, self.role == "critic")
+        self._export = megatron_to_hf(renumber(out, self.first_layer), self.spec,
+                                      value_model=self.role == "critic")
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full model weights under HF Qwen3 names (CPU copies), for the rollout engines."""
-        state = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()
-                 if isinstance(v, torch.Tensor)}
-        return megatron_to_hf(state, self.spec, value_model=self.role == "critic")
+        """This stage's weights under HF Qwen3 names (CPU copies; the whole model when pp = 1),
+        as of the last step."""
+        return {k: v.clone() for k, v in self._export.items()}
 
     def stage_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights (this engine has no pipeline stages)."""
+        """The same as :meth:`state_dict`: one stage slice, merged with the other stages' by the
+        receiver."""
         return self.state_dict()
 
     def parameters(self) -> list[torch.nn.Parameter]:
-        """Trainable parameters, in a fixed order."""
+        """This rank's trainable parameters (its stage and tensor rank's shards), in a fixed order."""
         return list(self.module.parameters())
+
+    def save_state(self) -> dict[str, Any]:
+        """This rank's weights and its shard of the optimizer state (CPU copies), to rebuild the
+        same rank on resume (the same grid)."""
+        return {"module": _cpu_clone({k: v for k, v in self.module.state_dict().items()
+                                      if isinstance(v, torch.Tensor)}),
+                "optimizer": [_cpu_clone(o.state_dict()) for o in self._inner_optimizers()]}
+
+    def load_saved(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`save_state`'s output (then the stage's export, a tp collective). The
+        optimizer state is copied: torch's ``load_state_dict`` would adopt the given tensors."""
+        with torch.no_grad():
+            self.module.load_state_dict(state["module"], strict=False)
+        for opt, saved in zip(self._inner_optimizers(), state["optimizer"], strict=True):
+            opt.load_state_dict(_cpu_clone(saved))
+        self.refresh_export()
+
+    def _inner_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The torch optimizers over this rank's parameter shards, inside Megatron's wrappers."""
+        chained = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        return [o.optimizer for o in chained]
 
     # --- compute ---
     def forward(self, batch: RolloutBatch) -> torch.Tensor:
-        """The model's output on ``batch`` (moved to this device): logits [B, T, V] (actor) or
+        """The whole model's output on ``batch`` (pp = 1 only): logits [B, T, V] (actor) or
         per-position values [B, T] (critic); causal attention without padding mask, as
         TorchTrainer."""
+        require(not self.pipeline, "stages", self.stages, "forward() runs the whole model only")
         batch = batch.to(self.device)
-        T = batch.input_ids.shape[1]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=self.device), 1)[None, None]
-        shims = cpu_shims() if self.device.type == "cpu" else contextlib.nullcontext()
-        with shims:
-            out = self.module(batch.input_ids, batch.position_ids, attention_mask=mask)
-        return out.squeeze(-1) if self.role == "critic" else out
+        with self._shims():
+            out = self.module(batch.input_ids, batch.position_ids,
+                              attention_mask=_causal_mask(batch, self.device))
+        return self._head(out)
 
-    def forward_backward(self, batch: RolloutBatch, extras: Extras,
-                         scale: float = 1.0) -> dict[str, float]:
-        """Accumulate gradients of ``scale`` x the token-mean loss (see TorchTrainer)."""
-        batch = batch.to(self.device)
-        loss, stats = trainer_loss(self.role, self.cfg, self.forward(batch), batch.input_ids,
-                                   batch.response_mask, dict(extras))
-        (loss * scale).backward()
-        return stats
+    def _head(self, out: torch.Tensor) -> torch.Tensor:
+        return out.squeeze(-1) if self.role == "critic" else out[..., : self.spec.vocab]
 
-    def stage_forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise HetrlError("the megatron engine does not implement pipeline stages")
+    def train_step(self, micro_batches: Sequence[tuple[RolloutBatch, Extras]],
+                   scales: Sequence[float]) -> dict[str, float]:
+        """One optimizer step of this rank over its replica's ``micro_batches`` (every rank of
+        every replica of the task calls it at once; see the module docstring). ``scales``
+        (each micro-batch's share of the whole batch's response tokens) weight the returned
+        loss statistics, which only the last stage's tensor rank 0 returns (others: {})."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    def stage_backward(self, *args: Any, **kwargs: Any) -> Any:
-        raise HetrlError("the megatron engine does not implement pipeline stages")
+        require(len(micro_batches) == len(scales) and micro_batches, "micro_batches",
+                len(micro_batches), f"must be non-empty and match scales ({len(scales)})")
+        moved = [(b.to(self.device), {k: v.to(self.device) for k, v in e.items()})
+                 for b, e in micro_batches]
+        stats: list[dict[str, float]] = []
+        data = iter(moved)
 
-    def grad_sq_norm(self) -> float:
-        """Sum of squared gradients of the parameters."""
-        return grad_sq_norm(self.module.parameters())
+        def forward_step(data_iterator: Iterator[Any], model: nn.Module) -> Any:
+            batch, extras = next(data_iterator)
+            out = model(batch.input_ids, batch.position_ids,
+                        attention_mask=_causal_mask(batch, self.device))
 
-    def step(self, grad_norm: float | None = None) -> None:
-        """Clip to global norm ``cfg.grad_clip`` (``grad_norm``, default the own norm), Adam
-        step, zero the gradients."""
-        clipped_step(self.parameters(), self.optimizer, self.cfg.grad_clip, grad_norm)
+            def loss_func(output: torch.Tensor) -> Any:
+                loss, st = trainer_loss(self.role, self.cfg, self._head(output), batch.input_ids,
+                                        batch.response_mask, dict(extras))
+                stats.append(st)
+                n = batch.response_mask.sum()
+                return loss * n, n.to(torch.int), {}
+
+            return out, loss_func
+
+        self.p2p.comm_s = 0.0
+        with self._shims():
+            self.ddp.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            get_forward_backward_func(pp_size=self.grid.pp)(
+                forward_step_func=forward_step, data_iterator=data, model=[self.ddp],
+                num_microbatches=len(moved), seq_length=max(b.input_ids.shape[1] for b, _ in moved),
+                micro_batch_size=max(b.size for b, _ in moved), forward_only=False,
+                p2p_communicator=self.p2p, pg_collection=self.pgc)
+            ok, self.last_grad_norm, _ = self.optimizer.step()
+        require(ok, "optimizer step", ok, "failed (non-finite gradients)")
+        self.comm_s = self.p2p.comm_s
+        self.refresh_export()
+        if not (self.post and self.tp_rank == 0):
+            return {}
+        out: dict[str, float] = {}
+        for st, scale in zip(stats, scales, strict=True):
+            for k, v in st.items():
+                out[k] = out.get(k, 0.0) + float(v) * scale
+        return out
+
+
+def _cpu_clone(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by a detached CPU copy."""
+    return torch.utils._pytree.tree_map(
+        lambda x: x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _causal_mask(batch: RolloutBatch, device: torch.device) -> torch.Tensor:
+    T = batch.input_ids.shape[1]
+    return torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), 1)[None, None]

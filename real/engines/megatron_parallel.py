@@ -1,0 +1,292 @@
+"""A training task's (dp, pp, tp) device grid as megatron-core process groups, and the tensor-
+parallel slicing of weights between one full (Hugging Face) copy and the shard a rank holds.
+
+A plan places a training task's replica r, stage s, tensor rank t on ``devices[r][s][t]``.
+Megatron's groups over that grid, with the same meaning as ``parallel_state``'s:
+
+=========== ====================================== ==============================
+group       members                                used by
+=========== ====================================== ==============================
+``tp``      the tp ranks of one (replica, stage)   column / row parallel linears
+``pp``      one tp rank's stages of one replica    the 1F1B schedule's p2p
+``dp``      one (stage, tp rank) over the replicas gradient reduce-scatter,
+                                                   parameter all-gather
+``mp``      every rank of one replica              the gradient norm
+``embd``    first and last stage (per tp rank)     tied embeddings (unused: the
+                                                   head is untied, as Qwen3's)
+``pos_embd`` first stage (per tp rank)             learned positions (unused: RoPE)
+``cp``      the rank alone                         context parallel size 1
+``all``     every rank of the task                 the distributed optimizer's
+                                                   gradient norm (one instance)
+=========== ====================================== ==============================
+
+Groups are named ``{task}/megatron/{kind}/{index}`` and listed by :meth:`MegatronGrid.groups`
+as device tuples; every process of the torch.distributed world must create every group, in the
+same order (:func:`create_groups`), members or not. megatron-core is not imported here except
+in :func:`process_group_collection`.
+
+Shards: column-parallel weights (``linear_qkv``, ``linear_fc1``, the vocabulary-parallel
+embedding and output layer) are split along rows, row-parallel ones (``linear_proj``,
+``linear_fc2``) along columns; ``linear_fc1`` keeps gate and up apart (rank t holds gate rows
+t, then up rows t, as Megatron's SwiGLU chunks its local output in two); norms and the value
+head are whole on every rank. The vocabulary is padded with zero rows to a multiple of tp
+(Megatron's ``--make-vocab-size-divisible-by`` rule with divisor 1); padded logits are cut
+before the loss, so they never receive a gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hetrl.errors import SpecError, require
+
+GROUP_KINDS = ("tp", "pp", "dp", "mp", "embd", "pos_embd", "cp", "all")
+#: Megatron parameter names (after ``decoder.layers.{i}.``, or whole) split along rows / columns.
+ROW_SPLIT = ("self_attention.linear_qkv.weight", "mlp.linear_fc1.weight",
+             "embedding.word_embeddings.weight", "output_layer.weight")
+COLUMN_SPLIT = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+VOCAB_ROWS = ("embedding.word_embeddings.weight", "output_layer.weight")
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class MegatronGrid:
+    """One training task's devices: ``devices[r][s][t]`` = replica r, stage s, tp rank t;
+    ``boundaries`` = the stages' layer boundaries ([0, ..., layers], len pp + 1)."""
+
+    task: str
+    devices: tuple[tuple[tuple[int, ...], ...], ...]
+    boundaries: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        require(len(self.devices) >= 1 and all(len(r) == self.pp for r in self.devices),
+                "devices", self.devices, "must give every replica the same number of stages")
+        require(all(len(s) == self.tp for r in self.devices for s in r), "devices", self.devices,
+                "must give every stage the same number of tp ranks")
+        flat = [d for r in self.devices for s in r for d in s]
+        require(len(set(flat)) == len(flat), "devices", self.devices, "must not repeat a device")
+        require(len(self.boundaries) == self.pp + 1 and self.boundaries[0] == 0 and all(
+            a < b for a, b in zip(self.boundaries, self.boundaries[1:], strict=False)),
+            "boundaries", self.boundaries, f"must rise from 0 with {self.pp + 1} entries")
+
+    @property
+    def dp(self) -> int:
+        return len(self.devices)
+
+    @property
+    def pp(self) -> int:
+        return len(self.devices[0])
+
+    @property
+    def tp(self) -> int:
+        return len(self.devices[0][0])
+
+    @property
+    def layers(self) -> int:
+        return self.boundaries[-1]
+
+    def coords(self, device: int) -> tuple[int, int, int]:
+        """(replica, stage, tp rank) of ``device``."""
+        for r, replica in enumerate(self.devices):
+            for s, stage in enumerate(replica):
+                if device in stage:
+                    return r, s, stage.index(device)
+        raise SpecError(f"{self.task}.devices", device, "is not a device of this task")
+
+    def groups(self) -> dict[str, tuple[int, ...]]:
+        """Every Megatron group of the task: name -> devices (in rank order of the group)."""
+        R, S, T = range(self.dp), range(self.pp), range(self.tp)
+        d = self.devices
+        members = {
+            "tp": [d[r][s] for r in R for s in S],
+            "pp": [tuple(d[r][s][t] for s in S) for r in R for t in T],
+            "dp": [tuple(d[r][s][t] for r in R) for s in S for t in T],
+            "mp": [tuple(x for s in S for x in d[r][s]) for r in R],
+            "embd": [tuple(dict.fromkeys((d[r][0][t], d[r][-1][t]))) for r in R for t in T],
+            "pos_embd": [(d[r][0][t],) for r in R for t in T],
+            "cp": [(x,) for r in R for s in S for x in d[r][s]],
+            "all": [tuple(x for r in R for s in S for x in d[r][s])],
+        }
+        return {f"{self.task}/megatron/{kind}/{i}": tuple(g)
+                for kind in GROUP_KINDS for i, g in enumerate(members[kind])}
+
+    def layer_split(self) -> tuple[int | None, int | None]:
+        """Megatron's ``num_layers_in_first_pipeline_stage`` / ``..._last_...`` for these
+        boundaries (None: even), or a SpecError when the middle stages are uneven (Megatron
+        splits the layers between the first and the last stage evenly)."""
+        sizes = [b - a for a, b in zip(self.boundaries, self.boundaries[1:], strict=False)]
+        if len(sizes) == 1 or len(set(sizes)) == 1:
+            return None, None
+        middle = sizes[1:-1]
+        require(len(set(middle)) <= 1, f"placements[{self.task}].layers_per_stage", sizes,
+                "must give every stage between the first and the last the same number of "
+                "layers: megatron-core places the first and last stages' layers freely and "
+                "splits the rest evenly")
+        return sizes[0], sizes[-1]
+
+
+def create_groups(specs: Mapping[str, Sequence[int]], rank: int) -> dict[str, Any]:
+    """``torch.distributed.new_group`` for every group of ``specs`` (name -> global ranks), in
+    sorted name order (every process must call this with the same specs); returns the groups
+    ``rank`` belongs to."""
+    import torch.distributed as dist
+
+    out = {}
+    for name in sorted(specs):
+        ranks = list(specs[name])
+        g = dist.new_group(ranks, backend="gloo")
+        if rank in ranks:
+            out[name] = g
+    return out
+
+
+def process_group_collection(grid: MegatronGrid, device: int, groups: Mapping[str, Any]) -> Any:
+    """megatron-core's ``ProcessGroupCollection`` of ``device``'s rank in ``grid``, from the
+    created ``groups`` (name -> process group, see :func:`create_groups`)."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    mine = {}
+    for name, devices in grid.groups().items():
+        if device in devices:
+            kind = name.split("/")[-2]
+            require(name in groups, "groups", sorted(groups), f"lack {name}, a group of device "
+                    f"{device}")
+            mine[kind] = groups[name]
+    pgc = ProcessGroupCollection()
+    pgc.tp, pgc.pp, pgc.mp = mine["tp"], mine["pp"], mine["mp"]
+    pgc.embd, pgc.pos_embd = mine.get("embd"), mine.get("pos_embd")  # None off those stages
+    pgc.dp = pgc.dp_cp = pgc.intra_dp_cp = mine["dp"]
+    pgc.tp_cp, pgc.cp = pgc.tp, mine["cp"]
+    # no experts: expert parallel size 1 (the rank alone), expert groups the dense ones; one
+    # distributed-optimizer instance over the dp group
+    pgc.ep, pgc.expt_tp, pgc.tp_ep, pgc.tp_ep_pp = mine["cp"], pgc.tp, pgc.tp, pgc.mp
+    pgc.expt_dp = pgc.intra_expt_dp = pgc.dp
+    pgc.intra_dist_opt, pgc.inter_dist_opt = mine["all"], None
+    return pgc
+
+
+@contextlib.contextmanager
+def task_world(group: Any) -> Iterator[None]:
+    """Within the block, ``torch.distributed.get_world_size()`` and ``all_gather_object`` without
+    a group mean ``group`` (the task's ``all`` group), restored on exit. megatron-core's
+    optimizer aligns its parameter groups with an ``all_gather_object`` over the default world,
+    which in a run also holds the generation and inference workers that never call it."""
+    import torch.distributed as dist
+
+    size, gather = dist.get_world_size, dist.all_gather_object
+    task = group
+
+    def world_size(group: Any = None) -> int:
+        return size(task if group is None else group)
+
+    def all_gather_object(object_list: list, obj: Any, group: Any = None) -> None:
+        gather(object_list, obj, group=task if group is None else group)
+
+    dist.get_world_size, dist.all_gather_object = world_size, all_gather_object
+    try:
+        yield
+    finally:
+        dist.get_world_size, dist.all_gather_object = size, gather
+
+
+def mark_tensor_parallel(module: torch.nn.Module, value_model: bool = False) -> None:
+    """Set megatron-core's tensor-parallel attributes (``tensor_model_parallel``,
+    ``partition_dim``, ``partition_stride``) on the parameters :func:`shard` splits. Megatron
+    sets them only while initialising weights itself (``perform_initialization``); these
+    weights are loaded instead, and without the attributes the gradient norm would count a
+    split weight on tensor rank 0 only, as if it were a copy."""
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    for name, p in module.named_parameters():
+        kind = _kind(name)
+        if not _whole(kind, value_model):
+            set_tensor_model_parallel_attributes(p, True, 0 if kind in ROW_SPLIT else 1, 1)
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Rows of the embedding and output layer: ``vocab`` rounded up to a multiple of ``tp``."""
+    return math.ceil(vocab / tp) * tp
+
+
+def stage_slice(state: Mapping[str, torch.Tensor], first: int, last: int, pre: bool,
+                post: bool) -> dict[str, torch.Tensor]:
+    """The tensors of a full Megatron state dict that the stage holding layers [first, last)
+    keeps, its layers renumbered from 0 (Megatron numbers a stage's layers locally); ``pre``:
+    the first stage (embedding), ``post``: the last (final norm, output layer)."""
+    out = {}
+    for name, t in state.items():
+        m = _LAYER.match(name)
+        if m:
+            i = int(m.group(1))
+            if first <= i < last:
+                out[f"decoder.layers.{i - first}.{m.group(2)}"] = t
+        elif name.startswith("embedding."):
+            if pre:
+                out[name] = t
+        elif post:
+            out[name] = t
+    return out
+
+
+def renumber(state: Mapping[str, torch.Tensor], first: int) -> dict[str, torch.Tensor]:
+    """A stage's state dict with its local layer numbers made global (layer i -> first + i)."""
+    out = {}
+    for name, t in state.items():
+        m = _LAYER.match(name)
+        out[f"decoder.layers.{int(m.group(1)) + first}.{m.group(2)}" if m else name] = t
+    return out
+
+
+def _kind(name: str) -> str:
+    m = _LAYER.match(name)
+    return m.group(2) if m else name
+
+
+def _whole(kind: str, value_model: bool) -> bool:
+    """Whether tensor ``kind`` is whole on every tensor rank (norms; the critic's value head)."""
+    return (kind not in ROW_SPLIT and kind not in COLUMN_SPLIT) or (
+        value_model and kind.startswith("output_layer."))
+
+
+def shard(name: str, full: torch.Tensor, tp: int, rank: int, vocab_rows: int,
+          value_model: bool = False) -> torch.Tensor:
+    """Tensor rank ``rank``'s part of the full Megatron tensor ``name`` (vocabulary tensors
+    first padded with zero rows to ``vocab_rows``; ``value_model``: the output layer is the
+    critic's value head, whole everywhere)."""
+    kind = _kind(name)
+    if _whole(kind, value_model):
+        return full.clone()
+    if kind in VOCAB_ROWS and vocab_rows > full.shape[0]:
+        full = torch.cat([full, full.new_zeros(vocab_rows - full.shape[0], *full.shape[1:])])
+    if tp == 1:
+        return full.clone()
+    if kind == "mlp.linear_fc1.weight":
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(tp, dim=0)[rank], up.chunk(tp, dim=0)[rank]]).clone()
+    return full.chunk(tp, dim=0 if kind in ROW_SPLIT else 1)[rank].clone()
+
+
+def unshard(name: str, parts: Sequence[torch.Tensor], vocab: int,
+            value_model: bool = False) -> torch.Tensor:
+    """The full tensor ``name`` from its tp ranks' ``parts`` (in rank order), vocabulary rows cut
+    back to ``vocab``; the inverse of :func:`shard`."""
+    kind = _kind(name)
+    if _whole(kind, value_model):
+        return parts[0]
+    if len(parts) == 1:
+        full = parts[0]
+    elif kind == "mlp.linear_fc1.weight":
+        halves = [p.chunk(2, dim=0) for p in parts]
+        full = torch.cat([h[0] for h in halves] + [h[1] for h in halves])
+    else:
+        full = torch.cat(list(parts), dim=0 if kind in ROW_SPLIT else 1)
+    if kind in VOCAB_ROWS and full.shape[0] > vocab:
+        full = full[:vocab]
+    return full

@@ -1,0 +1,123 @@
+"""The ranks of a Megatron (dp, pp, tp) training step on gloo, for tests: one process per rank
+(``torch.multiprocessing.spawn``), each hosting an actor and a critic trainer of the same grid
+(as one device's worker hosts both in a run), one step on one batch, results pickled to a
+folder; and the same step by TorchTrainer in this process, for comparison."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from real.algos import AlgoConfig
+from real.engines.base import make_batch
+from real.model import TinyModelSpec
+
+SPEC = TinyModelSpec()  # 4 layers, 4 heads in 2 query groups: tp = 2 splits them
+CFG = AlgoConfig(lr=1e-3, critic_lr=1e-3, kl_coef=0.05)
+ROLES = ("actor", "critic")
+KEYS = {"actor": ("ref_logp", "advantages"), "critic": ("returns",)}
+MICRO = 2  # sequences per micro-batch
+
+
+def batch() -> tuple[Any, dict[str, torch.Tensor]]:
+    """Six sequences of different lengths with random training inputs."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (5, 9, 3, 4, 7, 6)]
+    responses = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (6, 2, 8, 5, 3, 7)]
+    b = make_batch(prompts, responses)
+    B, T = b.input_ids.shape
+    extras = {"advantages": torch.randn(B, T, generator=g) * b.response_mask,
+              "ref_logp": -torch.rand(B, T, generator=g) * 5 * b.response_mask,
+              "returns": torch.randn(B, T, generator=g) * b.response_mask}
+    return b, extras
+
+
+def shares(dp: int) -> list[list[int]]:
+    """Sequence indices per replica: uneven when dp = 2 (4 and 2 sequences)."""
+    return [[0, 1, 2, 3], [4, 5]] if dp == 2 else [list(range(6))]
+
+
+def micro_batches(role: str, idx: list[int]) -> tuple[list[Any], list[float]]:
+    """A replica's micro-batches and their shares of the whole batch's response tokens."""
+    b, extras = batch()
+    total = float(b.response_mask.sum())
+    micro = [(b.select(c), {k: extras[k][c] for k in KEYS[role]})
+             for c in (idx[i:i + MICRO] for i in range(0, len(idx), MICRO))]
+    return micro, [m.num_response_tokens / total for m, _ in micro]
+
+
+def grid(dp: int, pp: int, tp: int, boundaries: tuple[int, ...], task: str) -> Any:
+    from real.engines.megatron_parallel import MegatronGrid
+
+    devs = tuple(tuple(tuple(r * pp * tp + s * tp + t for t in range(tp)) for s in range(pp))
+                 for r in range(dp))
+    return MegatronGrid(task, devs, boundaries)
+
+
+def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: tuple[int, ...],
+              port: int, out: str) -> None:
+    """One rank: join the world, create every group of both tasks, build both trainers (ranks
+    beyond the grid only create the groups, as generation workers do), one step each."""
+    import torch.distributed as dist
+
+    from real.engines.megatron_engine import MegatronTrainer
+    from real.engines.megatron_parallel import create_groups
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    grids = {role: grid(*layout, boundaries, f"{role}_training") for role in ROLES}
+    specs = {k: v for g in grids.values() for k, v in g.groups().items()}
+    groups = create_groups(specs, rank)
+    result: dict[str, Any] = {}
+    if rank < layout[0] * layout[1] * layout[2]:
+        engines = {role: MegatronTrainer(role, SPEC, seed=7, device="cpu", cfg=CFG, grid=g,
+                                         device_id=rank, groups=groups)
+                   for role, g in grids.items()}
+        for role, eng in engines.items():
+            micro, scales = micro_batches(role, shares(layout[0])[eng.replica])
+            stats = eng.train_step(micro, scales)
+            result[role] = {"stats": stats, "weights": eng.state_dict(),
+                            "grad_norm": float(eng.last_grad_norm)}
+    with open(Path(out) / f"rank{rank}.pkl", "wb") as f:
+        pickle.dump(result, f)
+    dist.destroy_process_group()
+
+
+def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Path,
+              extra_ranks: int = 0) -> list[dict[str, Any]]:
+    """Spawn the grid's ranks (plus ``extra_ranks`` bystanders) and return their results."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = layout[0] * layout[1] * layout[2] + extra_ranks
+    mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out)), nprocs=world)
+    results = []
+    for r in range(world):
+        with open(out / f"rank{r}.pkl", "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
+def torch_step(role: str, dp: int) -> dict[str, Any]:
+    """The same step on TorchTrainer: every replica's micro-batches, losses scaled by their
+    share of the whole batch's response tokens, one clipped Adam step."""
+    from real.engines.torch_engine import TorchTrainer
+
+    ref = TorchTrainer(role, SPEC, seed=7, device="cpu", cfg=CFG)
+    stats: dict[str, float] = {}
+    for idx in shares(dp):
+        micro, scales = micro_batches(role, idx)
+        for (b, e), scale in zip(micro, scales, strict=True):
+            for k, v in ref.forward_backward(b, e, scale=scale).items():
+                stats[k] = stats.get(k, 0.0) + v * scale
+    grads = {n: p.grad.detach().clone() for n, p in ref.module.named_parameters()}
+    norm = ref.grad_sq_norm() ** 0.5
+    ref.step()
+    return {"stats": stats, "weights": ref.state_dict(), "grads": grads, "grad_norm": norm}

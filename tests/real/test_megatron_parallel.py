@@ -1,0 +1,115 @@
+"""Megatron trainers over (dp, pp, tp) grids on gloo against TorchTrainer on the whole batch.
+
+Each layout runs as one process per rank (``tests/real/megatron_ranks.py``), each rank hosting
+an actor and a critic trainer (two tasks' groups in one world, as a device worker hosts them),
+one optimizer step on six sequences in micro-batches of two (dp = 2: uneven shares, 4 and 2
+sequences). Checked against TorchTrainer's step on the same micro-batches:
+
+* the loss statistics within 1e-4 (relative, or absolute near 0);
+* the gradient norm before clipping within 1e-4 relative, on every rank: Adam's first step is
+  blind to a uniform gradient scale, the norm is not;
+* the weights after the step within 1e-5 wherever the gradient is at least 1e-4 of the largest.
+  Where it is smaller the element's gradient is a near-cancelling sum whose float32 rounding
+  depends on the summation order (tensor-parallel partial sums, another micro-batch
+  grouping), and Adam's first step, lr x g / (|g| + eps), turns any g well above eps into
+  +-lr: those elements may differ by up to 2 lr. They must be few (under 1 %).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[test]')")
+
+from tests.real.megatron_ranks import CFG, ROLES, SPEC, run_ranks, torch_step  # noqa: E402
+
+#: (dp, pp, tp), layer boundaries, bystander ranks (workers of other tasks in the world).
+LAYOUTS = {
+    "tp2": ((1, 1, 2), (0, 4), 0),
+    "pp2": ((1, 2, 1), (0, 3, 4), 1),  # uneven stages: 3 + 1 layers
+    "dp2": ((2, 1, 1), (0, 4), 1),
+    "tp2xpp2": ((1, 2, 2), (0, 2, 4), 0),
+    "dp2xtp2": ((2, 1, 2), (0, 4), 0),
+    "dp2xpp2": ((2, 2, 1), (0, 2, 4), 0),
+}
+SMALL_GRAD = 1e-4  # x the largest |gradient|: below it rounding may flip Adam's first step
+
+
+def _merged_replicas(results: list[dict], role: str, layout: tuple[int, int, int]) -> list[dict]:
+    """Per replica, its stages' weight slices merged into one HF state dict."""
+    dp, pp, tp = layout
+    out = []
+    for r in range(dp):
+        merged: dict[str, torch.Tensor] = {}
+        for rank in range(r * pp * tp, (r + 1) * pp * tp):
+            merged.update(results[rank][role]["weights"])
+        out.append(merged)
+    return out
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_megatron_layout_matches_the_torch_trainer(name, tmp_path):
+    layout, boundaries, extra = LAYOUTS[name]
+    results = run_ranks(layout, boundaries, tmp_path, extra_ranks=extra)
+    grid_ranks = layout[0] * layout[1] * layout[2]
+    assert all(not r for r in results[grid_ranks:])  # bystanders only made the groups
+    for role in ROLES:
+        ref = torch_step(role, layout[0])
+        stats: dict[str, float] = {}
+        for res in results[:grid_ranks]:
+            for k, v in res[role]["stats"].items():
+                stats[k] = stats.get(k, 0.0) + v
+        assert stats.keys() == ref["stats"].keys(), role
+        for k, v in ref["stats"].items():
+            assert stats[k] == pytest.approx(v, rel=1e-4, abs=1e-4), (role, k)
+        for res in results[:grid_ranks]:
+            assert res[role]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), role
+        gmax = max(g.abs().max() for g in ref["grads"].values())
+        lr = CFG.lr if role == "actor" else CFG.critic_lr
+        for replica in _merged_replicas(results, role, layout):
+            assert replica.keys() == ref["weights"].keys(), role
+            loose = total = 0
+            for k, want in ref["weights"].items():
+                diff = (replica[k] - want).abs()
+                steady = ref["grads"][k].abs() >= SMALL_GRAD * gmax
+                assert not steady.any() or diff[steady].max() <= 1e-5, (role, k)
+                assert diff.max() <= 2 * lr * (1 + 1e-3), (role, k)
+                loose += int((diff > 1e-5).sum())
+                total += diff.numel()
+            assert loose <= 0.01 * total, (role, loose, total)
+
+
+def test_grid_groups_and_uneven_stages():
+    from hetrl.errors import SpecError
+    from real.engines.megatron_parallel import MegatronGrid
+
+    g = MegatronGrid("t", (((4, 5), (6, 7)), ((0, 1), (2, 3))), (0, 3, 4))
+    groups = g.groups()
+    assert groups["t/megatron/tp/0"] == (4, 5) and groups["t/megatron/tp/3"] == (2, 3)
+    assert groups["t/megatron/pp/1"] == (5, 7)
+    assert groups["t/megatron/dp/0"] == (4, 0)
+    assert groups["t/megatron/mp/1"] == (0, 1, 2, 3)
+    assert g.coords(7) == (0, 1, 1) and g.layer_split() == (3, 1)
+    assert MegatronGrid("t", (((0,), (1,), (2,)),), (0, 1, 3, 4)).layer_split() == (1, 1)
+    with pytest.raises(SpecError, match="layers_per_stage"):
+        MegatronGrid("t", (((0,), (1,), (2,), (3,)),), (0, 1, 2, 4, 5)).layer_split()
+    with pytest.raises(SpecError, match="repeat"):
+        MegatronGrid("t", (((0,), (0,)),), (0, 2, 4))
+
+
+def test_shard_and_unshard_round_trip():
+    from real.engines.megatron_convert import hf_to_megatron
+    from real.engines.megatron_parallel import padded_vocab, shard, unshard
+    from real.model import build_causal_lm
+
+    full = hf_to_megatron(build_causal_lm(SPEC, 3).state_dict(), SPEC)
+    for tp in (1, 2):
+        rows = padded_vocab(SPEC.vocab, tp)
+        for name, t in full.items():
+            parts = [shard(name, t, tp, r, rows) for r in range(tp)]
+            assert torch.equal(unshard(name, parts, SPEC.vocab), t), (tp, name)
+    gate, up = full["decoder.layers.0.mlp.linear_fc1.weight"].chunk(2)
+    part = shard("decoder.layers.0.mlp.linear_fc1.weight",
+                 full["decoder.layers.0.mlp.linear_fc1.weight"], 2, 1, 260)
+    assert torch.equal(part, torch.cat([gate.chunk(2)[1], up.chunk(2)[1]]))  # SwiGLU halves
