@@ -37,8 +37,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="torch device (default cpu)")
     p.add_argument("--engines", metavar="KIND=ENGINE,...", default="",
-                   help="engine per task kind, e.g. generation=vllm,training=megatron (GPU only; "
-                        "default torch for every kind)")
+                   help="engine per task kind, e.g. generation=vllm,training=megatron (vllm needs "
+                        "--device cuda; megatron runs any dp/pp/tp training layout, on GPUs or on "
+                        "CPU over gloo; default torch for every kind)")
     p.add_argument("--no-network-emulation", action="store_true",
                    help="do not delay transfers by the cluster's latency and bandwidth")
     p.add_argument("--no-speed-emulation", action="store_true",

@@ -73,13 +73,14 @@ def check_runnable(workload: WorkloadSpec, cluster: ClusterSpec, plan: Plan,
                    config: RunConfig) -> None:
     """Refuse, with one line naming the field, a run this backend cannot do: an invalid plan, a
     layout it does not support, CUDA asked where there is none, models too large for the torch
-    CPU backend, megatron training with dp or pp > 1, a ``kill_at`` naming no tasklet."""
+    CPU backend, a megatron layout megatron-core cannot build, a ``kill_at`` naming no
+    tasklet."""
     validate(plan, workload, cluster)
     # before Ray starts: else the run waits for GPU resources no node has
     require(config.device != "cuda" or torch.cuda.is_available(), "device", config.device,
             "no CUDA device is available here (torch.cuda.is_available() is False); "
             "use --device cpu")
-    check_supported(plan, workload)
+    check_supported(plan, workload, dict(config.engines))
     for role, shape in workload.models:
         require(shape.params <= 50_000_000, f"models.{role}", shape.name,
                 f"has {shape.params:,} parameters; the torch CPU backend runs models of at "
@@ -87,11 +88,9 @@ def check_runnable(workload: WorkloadSpec, cluster: ClusterSpec, plan: Plan,
         require(shape.vocab >= 259, f"models.{role}.vocab", shape.vocab,
                 "must be >= 259 (the byte tokenizer's vocabulary)")
     if dict(config.engines).get("training") == "megatron":
-        for p in plan.placements:
-            if workload.task(p.task).kind == "training":
-                require(p.dp == 1 and p.pp == 1, f"placements[{p.task}]", (p.dp, p.pp),
-                        "must have dp = pp = 1 with the megatron engine (it runs in its own "
-                        "world of one process and has no pipeline stages)")
+        from real.engines.megatron_engine import import_megatron
+
+        import_megatron()  # before Ray starts: says how to install it
     if config.kill_at is not None:
         task, it, device = config.kill_at
         places = sorted({(t.task, t.device) for t in tasklets(plan, workload)})

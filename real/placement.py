@@ -1,16 +1,18 @@
 """From a Plan to workers: which tasklets each device runs, and Ray placement groups that pin
 every device's worker to a bundle of its GPU type.
 
-A tasklet is one (replica, stage) of a task; its tp ranks are the devices of ``devices``. The
-torch backend runs tp = 1 only (tensor parallelism is megatron-core's job on GPUs), and pipeline
-stages across workers for training tasks; generation and inference run a whole replica on one
-device (pp = 1). Tasks of one task group share their devices' workers, as in verl.
+A tasklet is one device's part of a task: a (replica, stage, tp rank). The torch engines run
+tp = 1 only, and pipeline stages across workers for training tasks; generation and inference
+run a whole replica on one device (pp = 1). Training tasks on the megatron engine run any
+(dp, pp, tp) grid (:func:`megatron_grids`). Tasks of one task group share their devices'
+workers, as in verl.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hetrl.cost.model import cost_model
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -19,12 +21,15 @@ from hetrl.errors import SpecError
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
+from real.engines import DEFAULT_ENGINE
+from real.engines.megatron_parallel import MegatronGrid
 from real.ray_env import accelerator_resource
 
 
 @dataclass(frozen=True)
 class Tasklet:
-    """One replica-stage of a task on one device; ``layers`` = [first, last) of the model."""
+    """One device's part of a task: replica, stage and tensor rank ``tp_rank`` (of ``tp``);
+    ``layers`` = [first, last) of the model."""
 
     task: str
     role: str
@@ -35,12 +40,47 @@ class Tasklet:
     device: int
     layers: tuple[int, int]
     boundaries: tuple[int, ...]  # stage boundaries over the model's layers, len stages + 1
+    tp_rank: int = 0
+    tp: int = 1
 
 
-def check_supported(plan: Plan, workload: WorkloadSpec) -> None:
-    """Raise a SpecError naming the placement if the torch backend cannot run it."""
+def megatron_trained(plan: Plan, workload: WorkloadSpec,
+                     engines: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The training tasks of ``plan`` that run on the megatron engine (``engines``: task kind ->
+    engine name)."""
+    if (engines or {}).get("training", DEFAULT_ENGINE) != "megatron":
+        return ()
+    return tuple(p.task for p in plan.placements if workload.task(p.task).kind == "training")
+
+
+def megatron_grids(plan: Plan, workload: WorkloadSpec,
+                   engines: Mapping[str, str] | None = None) -> dict[str, MegatronGrid]:
+    """Task -> its (dp, pp, tp) device grid, for the training tasks on the megatron engine."""
+    out = {}
+    for task in megatron_trained(plan, workload, engines):
+        p = plan.placement(task)
+        out[task] = MegatronGrid(task, tuple(tuple(tuple(stage) for stage in r) for r in p.devices),
+                                 _boundaries(p.layers_per_stage))
+    return out
+
+
+def _boundaries(layers_per_stage: tuple[int, ...]) -> tuple[int, ...]:
+    bounds = [0]
+    for n in layers_per_stage:
+        bounds.append(bounds[-1] + n)
+    return tuple(bounds)
+
+
+def check_supported(plan: Plan, workload: WorkloadSpec,
+                    engines: Mapping[str, str] | None = None) -> None:
+    """Raise a SpecError naming the placement if the backend cannot run it with ``engines``
+    (task kind -> engine name; default torch)."""
+    megatron = megatron_trained(plan, workload, engines)
     for p in plan.placements:
         kind = workload.task(p.task).kind
+        if p.task in megatron:
+            _check_megatron(p, workload)
+            continue
         if p.backend != "megatron":
             raise SpecError(f"placements[{p.task}].backend", p.backend,
                             "the torch backend runs full model replicas with a gradient "
@@ -48,26 +88,38 @@ def check_supported(plan: Plan, workload: WorkloadSpec) -> None:
                             "simulated, not run")
         if p.tp != 1:
             raise SpecError(f"placements[{p.task}].tp", p.tp,
-                            "the torch backend runs tp = 1 only (tensor parallelism runs on GPUs "
-                            "with megatron-core); use dp or pp for this task")
+                            "the torch engines run tp = 1 only (tensor parallelism is the "
+                            "megatron engine's, for training tasks: --engine training=megatron); "
+                            "use dp or pp for this task")
         if p.pp != 1 and kind != "training":
             raise SpecError(f"placements[{p.task}].pp", p.pp,
                             f"the torch backend pipelines training tasks only; {p.task} is a "
                             f"{kind} task: use pp = 1")
 
 
+def _check_megatron(p: Any, workload: WorkloadSpec) -> None:
+    """What megatron-core needs of a training placement: a layer split it can build, heads and
+    query groups that tp divides."""
+    shape = workload.model(workload.task(p.task).role)
+    for field, n in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
+        if n % p.tp:
+            raise SpecError(f"placements[{p.task}].tp", p.tp, f"must divide the model's {field} "
+                            f"({n}) on the megatron engine")
+    MegatronGrid(p.task, tuple(tuple(tuple(s) for s in r) for r in p.devices),
+                 _boundaries(p.layers_per_stage)).layer_split()
+
+
 def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
-    """Every tasklet of ``plan``, task by task, replica-major."""
+    """Every tasklet of ``plan``, task by task, replica-major, then stage, then tp rank."""
     out = []
     for p in plan.placements:
         info = workload.task(p.task)
-        bounds = [0]
-        for n in p.layers_per_stage:
-            bounds.append(bounds[-1] + n)
+        bounds = _boundaries(p.layers_per_stage)
         for r, replica in enumerate(p.devices):
             for s, stage in enumerate(replica):
-                out.append(Tasklet(p.task, info.role, info.kind, r, s, p.pp, stage[0],
-                                   (bounds[s], bounds[s + 1]), tuple(bounds)))
+                for t, device in enumerate(stage):
+                    out.append(Tasklet(p.task, info.role, info.kind, r, s, p.pp, device,
+                                       (bounds[s], bounds[s + 1]), bounds, t, len(stage)))
     return tuple(out)
 
 

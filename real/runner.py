@@ -41,7 +41,7 @@ from real.checkpoint import RunState, load_checkpoint, save_checkpoint
 from real.config import DEFAULT_CONFIG, RunConfig, RunResult, check_runnable
 from real.data import prompt_text, read_jsonl, reward_fn
 from real.engines.base import make_batch
-from real.placement import sync_sources, tasklets
+from real.placement import megatron_grids, sync_sources, tasklets
 from real.tokenizer import ByteTokenizer
 from real.worker_group import RunError, WorkerGroup, where
 
@@ -75,6 +75,7 @@ class RealRun:
                 f"need at least batch_prompts = {workload.batch_prompts} problems")
         self.tok = ByteTokenizer()
         self.tasklets = tasklets(plan, workload)
+        self.grids = megatron_grids(plan, workload, dict(config.engines))
         self.workers = WorkerGroup(workload, cluster, plan, self.tasklets, config.checkpoint_dir)
         self.state = RunState()
         self._sync_sources: dict[tuple[str, str], dict[int, list[int]]] = {}
@@ -203,6 +204,13 @@ class RealRun:
                 micro = [(batch.select(c), {k: extras[k][c] for k in role_keys})
                          for c in _chunks(idx, mbs)]
                 scales = [mb.num_response_tokens / total for mb, _ in micro]
+                if task in self.grids:  # megatron: every rank of the replica in one step
+                    for s, stage in enumerate(p.devices[r]):
+                        for d in stage:
+                            data = self._sources(idx, home, train_bytes) if s == 0 else {}
+                            ref = self.workers[d].train_grid.remote(task, it, micro, scales, data)
+                            jobs[ref] = (d, task, it)
+                    continue
                 stage_devs = tuple(s[0] for s in p.devices[r])
                 group = f"{task}/stage0" if p.dp > 1 else None
                 group_devs = tuple(rr[0][0] for rr in p.devices)
@@ -216,7 +224,7 @@ class RealRun:
                 jobs.update(self.workers.pipeline(task, it, micro, scales, stage_devs,
                                                   self._sources(idx, home, train_bytes),
                                                   loss_weight))
-            if p.pp > 1:
+            if p.pp > 1 and task not in self.grids:
                 for r in range(p.dp):
                     for s in range(p.pp):
                         d = p.devices[r][s][0]

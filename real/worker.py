@@ -8,6 +8,7 @@ workers of one machine).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -72,7 +73,8 @@ class DeviceWorker:
                  models: Mapping[str, Mapping[str, Any]], algo: Any, seed: int, t0: float,
                  emulate_network: bool = True, emulate_speed: bool = True,
                  torch_device: str = "cpu", kill_at: tuple[str, int] | None = None,
-                 engines: Mapping[str, str] | None = None):
+                 engines: Mapping[str, str] | None = None,
+                 grids: Mapping[str, Any] | None = None):
         import torch
 
         torch.set_num_threads(1)
@@ -89,8 +91,10 @@ class DeviceWorker:
         self.kill_at = kill_at
         self.engine_names = dict(engines or {})  # task kind -> engine name (default torch)
         self.engines: dict[str, Any] = {}
+        self.grids = dict(grids or {})  # task -> MegatronGrid of its megatron trainer
         self.spans: list[Span] = []
         self.dist_groups: dict[str, Any] = {}
+        self._iteration = -1  # of the training step in progress (for p2p transfer spans)
 
     # --- set-up ---
     def setup(self, states: Mapping[str, Mapping[str, Any]] | None = None) -> int:
@@ -101,10 +105,15 @@ class DeviceWorker:
         for task, t in self.tasklets.items():
             spec = spec_from_shape(self.models[t.role])
             seed = self.seed + ROLE_SEED[t.role]
+            placement = {}
+            if task in self.grids:  # a megatron trainer: its rank in the task's grid
+                placement = {"grid": self.grids[task], "device_id": self.device,
+                             "groups": self.dist_groups,
+                             "on_receive": functools.partial(self._stage_receive, task)}
             engine = build_engine(t.kind, self.engine_names.get(t.kind, DEFAULT_ENGINE), t.role,
                                   spec, seed, self.torch_device, self.algo,
                                   stage=t.stage if t.stages > 1 else None,
-                                  stages=list(t.boundaries) if t.stages > 1 else None)
+                                  stages=list(t.boundaries) if t.stages > 1 else None, **placement)
             self.engines[task] = engine
             if states and task in states:
                 self._load_state(task, states[task])
@@ -112,16 +121,15 @@ class DeviceWorker:
 
     def init_distributed(self, rank: int, world: int, init_method: str,
                          groups: Mapping[str, Sequence[int]], timeout_s: float) -> None:
-        """Join the run's gloo world and create every DP group (same order on every worker);
-        a collective waiting longer than ``timeout_s`` fails instead of hanging."""
+        """Join the run's gloo world and create every group (name -> ranks; the same on every
+        worker); a collective waiting longer than ``timeout_s`` fails instead of hanging."""
         import torch.distributed as dist
+
+        from real.engines.megatron_parallel import create_groups
 
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-        for key in sorted(groups):
-            g = dist.new_group(list(groups[key]), backend="gloo")
-            if rank in groups[key]:
-                self.dist_groups[key] = g
+        self.dist_groups.update(create_groups(groups, rank))
 
     # --- spans ---
     def _now(self) -> float:
@@ -206,6 +214,42 @@ class DeviceWorker:
         self._compute(engine.step)
         self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
         return stats
+
+    def train_grid(self, task: str, it: int, micro_batches: list[tuple[Any, Any]],
+                   scales: list[float], sources: Mapping[int, float]) -> dict[str, float]:
+        """This device's rank of a megatron trainer's step (every rank of the task's grid is
+        called at once): the replica's micro-batches through Megatron's schedule, gradient
+        reduction and optimizer step (:meth:`MegatronTrainer.train_step`). The first stage
+        receives the rollout data from ``sources``; pipeline activations and gradients wait
+        their emulated transfer on receipt (:meth:`_stage_receive`); compute outside the p2p
+        calls is stretched by the device's slowdown; with dp > 1 the emulated ring time of the
+        rank's gradient shard follows, as after the torch trainers' all-reduce."""
+        self._enter(task, it)
+        start = self._now()
+        t = self.tasklets[task]
+        if t.stage == 0:
+            self._receive(task, it, sources)
+        engine, grid = self.engines[task], self.grids[task]
+        self._iteration = it
+        began = time.perf_counter()
+        stats = engine.train_step([(b.to(self.torch_device),
+                                    {k: v.to(self.torch_device) for k, v in e.items()})
+                                   for b, e in micro_batches], scales)
+        wait((self.slowdown - 1.0) * max(0.0, time.perf_counter() - began - engine.comm_s))
+        if grid.dp > 1:
+            ring = tuple(grid.devices[r][t.stage][t.tp_rank] for r in range(grid.dp))
+            nbytes = sum(p.numel() * 4 for p in engine.parameters())  # fp32 gradients
+            began_ring = self._now()
+            wait(self.net.ring_all_reduce_s(ring, nbytes))
+            self._span(f"{task} grad reduce", "collective", task, it, began_ring, ring, nbytes)
+        self._span(task, "tasklet", task, it, start, replica=t.replica, stage=t.stage,
+                   tp_rank=t.tp_rank)
+        return stats
+
+    def _stage_receive(self, task: str, stage: int, nbytes: float) -> None:
+        """A megatron pipeline receive from ``stage`` of this replica: its emulated transfer."""
+        r, _, rank = self.grids[task].coords(self.device)
+        self._receive(task, self._iteration, {self.grids[task].devices[r][stage][rank]: nbytes})
 
     def stage_forward(self, task: str, it: int, micro: int, x: Any, batch: Any, extras: Any,
                       source: int | None, scale: float = 1.0,
@@ -314,6 +358,8 @@ class DeviceWorker:
         import torch
 
         engine = self.engines[task]
+        if hasattr(engine, "save_state"):  # the megatron trainer: its rank's shards
+            return engine.save_state()
         opt = engine.optimizer.state_dict()
         return {"module": {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()},
                 "optimizer": torch.utils._pytree.tree_map(
@@ -321,7 +367,9 @@ class DeviceWorker:
 
     def _load_state(self, task: str, state: Mapping[str, Any]) -> None:
         engine = self.engines[task]
-        if "optimizer" in state:  # a trainer restored from a checkpoint
+        if "optimizer" in state and hasattr(engine, "load_saved"):
+            engine.load_saved(state)
+        elif "optimizer" in state:  # a trainer restored from a checkpoint
             engine.module.load_state_dict(state["module"])
             engine.optimizer.load_state_dict(state["optimizer"])
         elif hasattr(engine, "update_weights"):

@@ -1,6 +1,7 @@
 """The run's Ray actors as one object, as verl's ``RayWorkerGroup``: it creates one
 :class:`real.worker.DeviceWorker` per planned device (each in its own bundle of one placement
-group), joins them into one gloo world with a group per DP all-reduce, hands out their handles,
+group), joins them into one gloo world with a group per DP all-reduce (torch trainers) and
+megatron-core's groups of each megatron trainer's (dp, pp, tp) grid, hands out their handles,
 waits for their results, names the device, GPU type and task when one dies or fails, and kills
 them at the end.
 """
@@ -22,6 +23,7 @@ from real.placement import (
     by_device,
     device_bundles,
     emulated_resources,
+    megatron_grids,
     missing_resources,
 )
 from real.ray_env import ensure_ray
@@ -44,11 +46,13 @@ def where(it: int) -> str:
     return f"iteration {it + 1}" if it >= 0 else "set-up"
 
 
-def dp_groups(plan: Plan, workload: WorkloadSpec) -> dict[str, tuple[int, ...]]:
-    """Gradient all-reduce groups: per training task and stage, the devices of its replicas."""
+def dp_groups(plan: Plan, workload: WorkloadSpec,
+              skip: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
+    """Gradient all-reduce groups of the torch trainers: per training task (not in ``skip``: the
+    megatron engine's tasks have their grids' groups) and stage, the devices of its replicas."""
     out = {}
     for p in plan.placements:
-        if workload.task(p.task).kind == "training" and p.dp > 1:
+        if workload.task(p.task).kind == "training" and p.dp > 1 and p.task not in skip:
             for s in range(p.pp):
                 out[f"{p.task}/stage{s}"] = tuple(r[s][0] for r in p.devices)
     return out
@@ -74,8 +78,9 @@ class WorkerGroup:
     # --- life cycle ---
     def start(self, t0: float, algo: Any, config: RunConfig,
               states: Mapping[int, Mapping[str, Any]] | None) -> None:
-        """Create the placement group, one worker per device (trainers restored from ``states``
-        = device -> task -> saved state), the gloo world and the DP groups."""
+        """Create the placement group, one worker per device, the gloo world with the torch
+        trainers' DP groups and the megatron trainers' grid groups, then every engine (trainers
+        restored from ``states`` = device -> task -> saved state)."""
         gpu = config.device == "cuda"
         ray = ensure_ray(None if gpu else emulated_resources(self.devices, self.cluster),
                          emulate=not gpu)
@@ -97,24 +102,28 @@ class WorkerGroup:
         per_device = by_device(self.tasklets)
         models = {role: shape.to_dict() for role, shape in self.workload.models}
         kill = config.kill_at
+        grids = megatron_grids(self.plan, self.workload, dict(config.engines))
         for i, d in enumerate(self.devices):
             opts = {"num_cpus": 0, "max_restarts": 0, "num_gpus": 1 if gpu else 0,
                     "scheduling_strategy": PlacementGroupSchedulingStrategy(self._pg, i)}
             self.workers[d] = remote.options(**opts).remote(
                 d, self.cluster.to_dict(), per_device[d], models, algo, config.seed, t0,
                 config.emulate_network, config.emulate_speed, config.device,
-                (kill[0], kill[1]) if kill and kill[2] == d else None, dict(config.engines))
-        pids = self.get({self.workers[d].setup.remote((states or {}).get(d)): (d, "setup", -1)
-                         for d in self.devices}, timeout_s=SETUP_TIMEOUT_S)
-        self.pids = dict(zip(self.devices, pids, strict=True))
-        groups = dp_groups(self.plan, self.workload)
-        if groups:
+                (kill[0], kill[1]) if kill and kill[2] == d else None, dict(config.engines),
+                {task: g for task, g in grids.items() if any(d in s for r in g.devices for s in r)})
+        groups = dp_groups(self.plan, self.workload, tuple(grids))
+        for g in grids.values():
+            groups.update(g.groups())
+        if groups:  # before the engines: a megatron trainer is built on its groups
             rank = {d: i for i, d in enumerate(self.devices)}
             port = _free_port()
             self.get({self.workers[d].init_distributed.remote(
                 rank[d], len(self.devices), f"tcp://127.0.0.1:{port}",
                 {k: [rank[x] for x in devs] for k, devs in groups.items()}, SETUP_TIMEOUT_S):
                 (d, "setup", -1) for d in self.devices}, timeout_s=SETUP_TIMEOUT_S)
+        pids = self.get({self.workers[d].setup.remote((states or {}).get(d)): (d, "setup", -1)
+                         for d in self.devices}, timeout_s=SETUP_TIMEOUT_S)
+        self.pids = dict(zip(self.devices, pids, strict=True))
 
     def stop(self) -> None:
         import ray

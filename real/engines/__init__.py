@@ -33,8 +33,8 @@ ENGINES: dict[str, dict[str, str]] = {
     "vllm": {"generation": "real.engines.vllm_engine:VLLMRollout"},
     "megatron": {"training": "real.engines.megatron_engine:MegatronTrainer"},
 }
-#: Engines that need a CUDA device.
-GPU_ENGINES = ("vllm", "megatron")
+#: Engines that need a CUDA device (megatron also runs on CPU over gloo, see its module).
+GPU_ENGINES = ("vllm",)
 
 
 def validate_engines(engines: Mapping[str, str], device: str = "cpu",
@@ -61,14 +61,17 @@ def engine_class(kind: str, name: str = DEFAULT_ENGINE) -> type:
 
 
 def build_engine(kind: str, name: str, role: str, spec: Any, seed: int, device: str,
-                 algo: Any, stage: int | None = None, stages: list[int] | None = None) -> Any:
+                 algo: Any, stage: int | None = None, stages: list[int] | None = None,
+                 **placement: Any) -> Any:
     """An engine of ``name`` for one tasklet: ``kind`` and ``role`` of its task, model ``spec``
     (:class:`~real.model.TinyModelSpec`), weights ``seed``, torch ``device``, ``algo``
-    (:class:`~real.algos.AlgoConfig`; inference uses its temperature, training all of it), and
-    for a pipelined trainer its ``stage`` index and layer boundaries ``stages``."""
+    (:class:`~real.algos.AlgoConfig`; inference uses its temperature, training all of it), for
+    a pipelined trainer its ``stage`` index and layer boundaries ``stages``, and for the
+    megatron trainer its ``placement`` in the task's grid (``grid``, ``device_id``, ``groups``,
+    ``on_receive``: see :class:`~real.engines.megatron_engine.MegatronTrainer`)."""
     cls = engine_class(kind, name)
     if kind == "generation":
         return cls(spec, seed, device)
     if kind == "inference":
         return cls(role, spec, seed, device, temperature=algo.temperature)
-    return cls(role, spec, seed, device, algo, stage=stage, stages=stages)
+    return cls(role, spec, seed, device, algo, stage=stage, stages=stages, **placement)

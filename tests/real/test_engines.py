@@ -36,8 +36,9 @@ def test_validate_engines_names_field_and_value():
         validate_engines({"generation": "megatron"}, "cuda")
     with pytest.raises(SpecError, match=r"engines.rollout.*unknown task kind"):
         validate_engines({"rollout": "torch"})
-    with pytest.raises(SpecError, match=r"engines.training.*megatron.*needs device cuda"):
-        validate_engines({"training": "megatron"}, "cpu")
+    with pytest.raises(SpecError, match=r"engines.generation.*vllm.*needs device cuda"):
+        validate_engines({"generation": "vllm"}, "cpu")
+    assert validate_engines({"training": "megatron"}, "cpu") == {"training": "megatron"}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
