@@ -121,13 +121,15 @@ class DeviceWorker:
 
     def init_distributed(self, rank: int, world: int, init_method: str,
                          groups: Mapping[str, Sequence[int]], timeout_s: float) -> None:
-        """Join the run's gloo world and create every group (name -> ranks; the same on every
-        worker); a collective waiting longer than ``timeout_s`` fails instead of hanging."""
+        """Join the run's world (gloo; on GPUs gloo and NCCL) and create every group (name ->
+        ranks; the same on every worker); a collective waiting longer than ``timeout_s`` fails
+        instead of hanging."""
         import torch.distributed as dist
 
-        from real.engines.megatron_parallel import create_groups
+        from real.engines.megatron_parallel import GPU_BACKEND, create_groups
 
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+        backend = GPU_BACKEND if self.torch_device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
         self.dist_groups.update(create_groups(groups, rank))
 

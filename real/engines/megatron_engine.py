@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import socket
-import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -56,7 +54,6 @@ from real.engines.base import Extras, RolloutBatch
 from real.engines.megatron_convert import hf_to_megatron, megatron_to_hf
 from real.engines.megatron_parallel import (
     MegatronGrid,
-    create_groups,
     mark_tensor_parallel,
     padded_vocab,
     process_group_collection,
@@ -66,14 +63,15 @@ from real.engines.megatron_parallel import (
     task_world,
     unshard,
 )
+from real.engines.megatron_support import (
+    OnReceive,
+    TimedP2P,
+    cpu_shims,
+    one_process_world,
+)
 from real.model import TinyModelSpec, build_causal_lm, build_value_model, qwen3_config
 
 INSTALL_HINT = "the megatron engine needs megatron-core: pip install -e '.[gpu]'"
-#: Called with (stage index of the sender, bytes) after each pipeline p2p receive; the real
-#: backend's network emulation waits there.
-OnReceive = Callable[[int, float], None]
-#: torch factories megatron-core calls with ``device="cuda"`` literally (see :func:`cpu_shims`).
-CUDA_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange")
 
 
 def import_megatron() -> Any:
@@ -87,82 +85,6 @@ def import_megatron() -> Any:
     except ImportError as exc:
         raise HetrlError(f"{INSTALL_HINT} ({exc})") from None
     return megatron.core
-
-
-@contextlib.contextmanager
-def cpu_shims() -> Iterator[None]:
-    """Let megatron-core's forward, backward, schedule and optimizer run on CPU tensors, all
-    restored on exit (process-global while active; for the CPU test mode only):
-
-    * ``torch.cuda.current_device()`` returns ``"cpu"`` and ``torch.cuda.synchronize()`` does
-      nothing;
-    * ``torch.zeros``, ``torch.tensor`` and the other factories of ``CUDA_FACTORIES`` given
-      ``device="cuda"`` (the schedules' token counter, the optimizer's overflow flag) make CPU
-      tensors;
-    * ``Tensor.type()`` of a CPU float tensor reads ``torch.cuda.FloatTensor`` (the optimizer
-      and gradient clipping accept only CUDA type names);
-    * the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured);
-    * Megatron's global scratch buffer is a fresh one (unset without ``parallel_state``'s
-      initialisation; a CUDA engine built earlier in the process leaves CUDA tensors in it,
-      which the attention would reuse).
-    """
-    from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.utils import GlobalMemoryBuffer
-
-    tracker = tensor_parallel.get_cuda_rng_tracker()
-    factories = {name: getattr(torch, name) for name in CUDA_FACTORIES}
-    saved = (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
-             parallel_state._GLOBAL_MEMORY_BUFFER)
-    type_of = torch.Tensor.type
-
-    def on_cpu(factory: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        def make(*args: Any, **kwargs: Any) -> torch.Tensor:
-            if str(kwargs.get("device", "")).startswith("cuda"):
-                kwargs["device"] = "cpu"
-            return factory(*args, **kwargs)
-        return make
-
-    def cuda_type(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        name = type_of(self, *args, **kwargs)
-        if not args and not kwargs and isinstance(name, str) and self.device.type == "cpu":
-            return name.replace("torch.", "torch.cuda.", 1)
-        return name
-
-    torch.cuda.current_device = lambda: "cpu"
-    torch.cuda.synchronize = lambda *args, **kwargs: None
-    for name, factory in factories.items():
-        setattr(torch, name, on_cpu(factory))
-    torch.Tensor.type = cuda_type
-    tracker.fork = lambda *args, **kwargs: contextlib.nullcontext()
-    parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
-    try:
-        yield
-    finally:
-        (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
-         parallel_state._GLOBAL_MEMORY_BUFFER) = saved
-        for name, factory in factories.items():
-            setattr(torch, name, factory)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def one_process_world(device: torch.device) -> dict[str, Any]:
-    """A torch.distributed world of one process (NCCL on CUDA, gloo on CPU), unless one exists,
-    and the groups of a one-device grid in it (for an engine used alone, as in tests)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
-                                rank=0, world_size=1)
-    require(dist.get_world_size() == 1, "torch.distributed world size", dist.get_world_size(),
-            "must be 1 for a megatron engine built without a grid; pass grid and groups to "
-            "train in a larger world")
-    return create_groups(MegatronGrid("alone", (((0,),),), (0, 1)).groups(), 0)
 
 
 def transformer_config(spec: TinyModelSpec, grid: MegatronGrid | None = None) -> Any:
@@ -228,30 +150,6 @@ def build_gpt_model(spec: TinyModelSpec, value_model: bool = False,
     if value_model and stage == pp - 1:
         model.output_layer = ValueHead(spec.hidden)
     return model
-
-
-class _TimedP2P:
-    """Megatron's P2PCommunicator that reports each receive (sender's stage, bytes) to
-    ``on_receive`` and adds the time spent communicating to ``comm_s``."""
-
-    def __new__(cls, pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:
-        from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
-
-        class TimedP2P(P2PCommunicator):
-            comm_s = 0.0
-
-            def _communicate(self, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                prev, nxt, reqs = super()._communicate(**kwargs)
-                rank, size = pp_group.rank(), pp_group.size()
-                if on_receive is not None:
-                    for tensor, peer in ((prev, rank - 1), (nxt, rank + 1)):
-                        if tensor is not None and 0 <= peer < size:
-                            on_receive(peer, float(tensor.numel() * tensor.element_size()))
-                self.comm_s += time.perf_counter() - start
-                return prev, nxt, reqs
-
-        return TimedP2P(pp_group, config)
 
 
 class MegatronTrainer:
@@ -338,7 +236,7 @@ class MegatronTrainer:
             warnings.simplefilter("ignore")
             self.optimizer = get_megatron_optimizer(opt, [self.ddp], use_gloo_process_groups=False,
                                                     pg_collection=self.pgc)
-        self.p2p = _TimedP2P(self.pgc.pp, self.config, self.on_receive)
+        self.p2p = TimedP2P(self.pgc.pp, self.config, self.on_receive)
 
     # --- weights ---
     def load_hf_state(self, state: Mapping[str, torch.Tensor]) -> None:

@@ -47,6 +47,9 @@ import torch
 
 from hetrl.errors import SpecError, require
 
+#: The torch.distributed backend of a run's world on GPUs: CUDA tensors (Megatron's collectives)
+#: over NCCL, CPU tensors (weight exports, the torch trainers' CPU path) over gloo.
+GPU_BACKEND = "cpu:gloo,cuda:nccl"
 GROUP_KINDS = ("tp", "pp", "dp", "mp", "embd", "pos_embd", "cp", "all")
 #: Megatron parameter names (after ``decoder.layers.{i}.``, or whole) split along rows / columns.
 ROW_SPLIT = ("self_attention.linear_qkv.weight", "mlp.linear_fc1.weight",
@@ -134,14 +137,15 @@ class MegatronGrid:
 
 def create_groups(specs: Mapping[str, Sequence[int]], rank: int) -> dict[str, Any]:
     """``torch.distributed.new_group`` for every group of ``specs`` (name -> global ranks), in
-    sorted name order (every process must call this with the same specs); returns the groups
+    sorted name order (every process must call this with the same specs), on the world's
+    backends (gloo; with :data:`GPU_BACKEND` also NCCL for CUDA tensors); returns the groups
     ``rank`` belongs to."""
     import torch.distributed as dist
 
     out = {}
     for name in sorted(specs):
         ranks = list(specs[name])
-        g = dist.new_group(ranks, backend="gloo")
+        g = dist.new_group(ranks)
         if rank in ranks:
             out[name] = g
     return out

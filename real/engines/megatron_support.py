@@ -1,0 +1,123 @@
+"""What the megatron engine needs around megatron-core: the shims that let its CUDA-minded code
+run on CPU tensors, a p2p communicator that reports each pipeline receive (for the real
+backend's network emulation), and a torch.distributed world of one for an engine used alone.
+megatron-core is imported inside the functions only."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from hetrl.errors import require
+from real.engines.megatron_parallel import MegatronGrid, create_groups
+
+#: Called with (stage index of the sender, bytes) after each pipeline p2p receive; the real
+#: backend's network emulation waits there.
+OnReceive = Callable[[int, float], None]
+#: torch factories megatron-core calls with ``device="cuda"`` literally (see :func:`cpu_shims`).
+CUDA_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange")
+
+
+@contextlib.contextmanager
+def cpu_shims() -> Iterator[None]:
+    """Let megatron-core's forward, backward, schedule and optimizer run on CPU tensors, all
+    restored on exit (process-global while active; for the CPU test mode only):
+
+    * ``torch.cuda.current_device()`` returns ``"cpu"`` and ``torch.cuda.synchronize()`` does
+      nothing;
+    * ``torch.zeros``, ``torch.tensor`` and the other factories of ``CUDA_FACTORIES`` given
+      ``device="cuda"`` (the schedules' token counter, the optimizer's overflow flag) make CPU
+      tensors;
+    * ``Tensor.type()`` of a CPU float tensor reads ``torch.cuda.FloatTensor`` (the optimizer
+      and gradient clipping accept only CUDA type names);
+    * the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured);
+    * Megatron's global scratch buffer is a fresh one (unset without ``parallel_state``'s
+      initialisation; a CUDA engine built earlier in the process leaves CUDA tensors in it,
+      which the attention would reuse).
+    """
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.utils import GlobalMemoryBuffer
+
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    factories = {name: getattr(torch, name) for name in CUDA_FACTORIES}
+    saved = (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
+             parallel_state._GLOBAL_MEMORY_BUFFER)
+    type_of = torch.Tensor.type
+
+    def on_cpu(factory: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def make(*args: Any, **kwargs: Any) -> torch.Tensor:
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return factory(*args, **kwargs)
+        return make
+
+    def cuda_type(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        name = type_of(self, *args, **kwargs)
+        if not args and not kwargs and isinstance(name, str) and self.device.type == "cpu":
+            return name.replace("torch.", "torch.cuda.", 1)
+        return name
+
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    for name, factory in factories.items():
+        setattr(torch, name, on_cpu(factory))
+    torch.Tensor.type = cuda_type
+    tracker.fork = lambda *args, **kwargs: contextlib.nullcontext()
+    parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
+    try:
+        yield
+    finally:
+        (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
+         parallel_state._GLOBAL_MEMORY_BUFFER) = saved
+        for name, factory in factories.items():
+            setattr(torch, name, factory)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_process_world(device: torch.device) -> dict[str, Any]:
+    """A torch.distributed world of one process (NCCL on CUDA, gloo on CPU), unless one exists,
+    and the groups of a one-device grid in it (for an engine used alone, as in tests)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
+                                rank=0, world_size=1)
+    require(dist.get_world_size() == 1, "torch.distributed world size", dist.get_world_size(),
+            "must be 1 for a megatron engine built without a grid; pass grid and groups to "
+            "train in a larger world")
+    return create_groups(MegatronGrid("alone", (((0,),),), (0, 1)).groups(), 0)
+
+
+class TimedP2P:
+    """Megatron's P2PCommunicator that reports each receive (sender's stage, bytes) to
+    ``on_receive`` and adds the time spent communicating to ``comm_s``."""
+
+    def __new__(cls, pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:
+        from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
+
+        class Timed(P2PCommunicator):
+            comm_s = 0.0
+
+            def _communicate(self, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                prev, nxt, reqs = super()._communicate(**kwargs)
+                rank, size = pp_group.rank(), pp_group.size()
+                if on_receive is not None:
+                    for tensor, peer in ((prev, rank - 1), (nxt, rank + 1)):
+                        if tensor is not None and 0 <= peer < size:
+                            on_receive(peer, float(tensor.numel() * tensor.element_size()))
+                self.comm_s += time.perf_counter() - start
+                return prev, nxt, reqs
+
+        return Timed(pp_group, config)
