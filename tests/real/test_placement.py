@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hetrl.cost.model import cost_model
 from hetrl.cost.sync import weight_sync_pulls
 from hetrl.io import load_plan
@@ -39,3 +41,31 @@ def test_a_generation_device_that_trains_a_stage_copies_it_locally():
     validate(plan, wl, cl)  # one task group; training on part of it
     sources = sync_sources(plan, "actor_training", "actor_generation", wl, cl)
     assert sources == {0: [1, 2], 1: [1, 2]}  # device 1 keeps stage 0 from its own trainer
+
+
+def test_megatron_layouts_are_checked_before_any_worker_starts():
+    from dataclasses import replace
+
+    from hetrl.errors import SpecError
+    from hetrl.plan import colocated_plan
+    from real.placement import check_supported, megatron_grids, tasklets
+
+    wl, cl = workload_preset("tiny-ppo-sync"), cluster_preset("tiny4-single-region")
+    megatron = {"training": "megatron"}
+    plan = load_plan(EXAMPLES / "plan-tiny-ppo-megatron-tiny4.yaml")
+    check_supported(plan, wl, megatron)
+    with pytest.raises(SpecError, match=r"placements\[actor_training\]\.tp.*megatron"):
+        check_supported(plan, wl)  # the torch engines run tp = 1 only
+    grid = megatron_grids(plan, wl, megatron)["actor_training"]
+    assert (grid.dp, grid.pp, grid.tp) == (1, 2, 2) and grid.boundaries == (0, 2, 4)
+    mine = [t for t in tasklets(plan, wl) if t.task == "actor_training"]
+    assert [(t.device, t.stage, t.tp_rank, t.tp) for t in mine] == [
+        (0, 0, 0, 2), (1, 0, 1, 2), (2, 1, 0, 2), (3, 1, 1, 2)]
+    # tp must divide the heads (4) and query groups (2); generation stays tp = 1
+    bad = colocated_plan(wl, cl, tp=4)
+    with pytest.raises(SpecError, match=r"placements\[actor_generation\]\.tp"):
+        check_supported(bad, wl, megatron)
+    train = replace(plan.placement("actor_training"), tp=4, pp=1,
+                    devices=(((0, 1, 2, 3),),), layers_per_stage=(4,))
+    with pytest.raises(SpecError, match=r"must divide the model's kv_heads \(2\)"):
+        check_supported(plan.with_placement(train), wl, megatron)
