@@ -98,10 +98,15 @@ def check_supported(plan: Plan, workload: WorkloadSpec,
 
 
 def _check_megatron(p: Any, workload: WorkloadSpec) -> None:
-    """What megatron-core needs of a training placement: a layer split it can build, heads and
-    query groups that tp divides."""
+    """What megatron-core needs of a training placement: the megatron backend (the cost model
+    estimated an fsdp one as FSDP), a layer split it can build, heads, query groups and the
+    MLP's width that tp divides."""
+    if p.backend != "megatron":
+        raise SpecError(f"placements[{p.task}].backend", p.backend,
+                        "the megatron engine runs backend: megatron placements; fsdp placements "
+                        "are estimated and simulated, not run")
     shape = workload.model(workload.task(p.task).role)
-    for field, n in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
+    for field, n in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("ffn", shape.ffn)):
         if n % p.tp:
             raise SpecError(f"placements[{p.task}].tp", p.tp, f"must divide the model's {field} "
                             f"({n}) on the megatron engine")

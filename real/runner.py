@@ -205,10 +205,13 @@ class RealRun:
                          for c in _chunks(idx, mbs)]
                 scales = [mb.num_response_tokens / total for mb, _ in micro]
                 if task in self.grids:  # megatron: every rank of the replica in one step
+                    import ray
+
+                    shared = ray.put(micro)  # one copy in the object store for all ranks
                     for s, stage in enumerate(p.devices[r]):
                         for d in stage:
                             data = self._sources(idx, home, train_bytes) if s == 0 else {}
-                            ref = self.workers[d].train_grid.remote(task, it, micro, scales, data)
+                            ref = self.workers[d].train_grid.remote(task, it, shared, scales, data)
                             jobs[ref] = (d, task, it)
                     continue
                 stage_devs = tuple(s[0] for s in p.devices[r])

@@ -131,7 +131,11 @@ class DeviceWorker:
         backend = GPU_BACKEND if self.torch_device.startswith("cuda") else "gloo"
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-        self.dist_groups.update(create_groups(groups, rank))
+        # the torch trainers' DP all-reduces stay on gloo; Megatron's groups take the world's
+        torch_dp = {k: v for k, v in groups.items() if "/megatron/" not in k}
+        self.dist_groups.update(create_groups(torch_dp, rank, backend="gloo"))
+        self.dist_groups.update(create_groups(
+            {k: v for k, v in groups.items() if k not in torch_dp}, rank))
 
     # --- spans ---
     def _now(self) -> float:
@@ -151,14 +155,16 @@ class DeviceWorker:
         if self.kill_at is not None and self.kill_at == (task, it):
             os._exit(17)  # fault injection: this device dies at the start of its tasklet
 
-    def _receive(self, task: str, it: int, sources: Mapping[int, float]) -> None:
-        """Wait the emulated time of receiving ``sources`` (device -> bytes) on this device."""
+    def _receive(self, task: str, it: int, sources: Mapping[int, float],
+                 name: str | None = None) -> None:
+        """Wait the emulated time of receiving ``sources`` (device -> bytes) on this device; a
+        transfer span ``name`` (default "{task} input")."""
         remote = {s: b for s, b in sources.items() if s != self.device}
         if not remote:
             return
         start = self._now()
         wait(self.net.gather_s(remote, self.device))
-        self._span(f"{task} input", "transfer", task, it, start,
+        self._span(name or f"{task} input", "transfer", task, it, start,
                    tuple(sorted(remote)) + (self.device,), sum(remote.values()))
 
     def _compute(self, fn, *args: Any) -> Any:
@@ -223,9 +229,11 @@ class DeviceWorker:
         called at once): the replica's micro-batches through Megatron's schedule, gradient
         reduction and optimizer step (:meth:`MegatronTrainer.train_step`). The first stage
         receives the rollout data from ``sources``; pipeline activations and gradients wait
-        their emulated transfer on receipt (:meth:`_stage_receive`); compute outside the p2p
-        calls is stretched by the device's slowdown; with dp > 1 the emulated ring time of the
-        rank's gradient shard follows, as after the torch trainers' all-reduce."""
+        their emulated transfer on receipt (:meth:`_stage_receive`); the step's forwards,
+        losses and backwards (``engine.compute_s``) are stretched by the device's slowdown;
+        with dp > 1 the emulated ring time of the rank's fp32 gradients over its dp group
+        follows, as after the torch trainers' all-reduce (the reduce-scatter plus all-gather
+        of Megatron's distributed optimizer move the same bytes per ring edge)."""
         self._enter(task, it)
         start = self._now()
         t = self.tasklets[task]
@@ -233,11 +241,10 @@ class DeviceWorker:
             self._receive(task, it, sources)
         engine, grid = self.engines[task], self.grids[task]
         self._iteration = it
-        began = time.perf_counter()
         stats = engine.train_step([(b.to(self.torch_device),
                                     {k: v.to(self.torch_device) for k, v in e.items()})
                                    for b, e in micro_batches], scales)
-        wait((self.slowdown - 1.0) * max(0.0, time.perf_counter() - began - engine.comm_s))
+        wait((self.slowdown - 1.0) * engine.compute_s)
         if grid.dp > 1:
             ring = tuple(grid.devices[r][t.stage][t.tp_rank] for r in range(grid.dp))
             nbytes = sum(p.numel() * 4 for p in engine.parameters())  # fp32 gradients
@@ -251,7 +258,8 @@ class DeviceWorker:
     def _stage_receive(self, task: str, stage: int, nbytes: float) -> None:
         """A megatron pipeline receive from ``stage`` of this replica: its emulated transfer."""
         r, _, rank = self.grids[task].coords(self.device)
-        self._receive(task, self._iteration, {self.grids[task].devices[r][stage][rank]: nbytes})
+        self._receive(task, self._iteration, {self.grids[task].devices[r][stage][rank]: nbytes},
+                      f"{task} stage {stage}")
 
     def stage_forward(self, task: str, it: int, micro: int, x: Any, batch: Any, extras: Any,
                       source: int | None, scale: float = 1.0,

@@ -39,7 +39,8 @@ install it.
 from __future__ import annotations
 
 import contextlib
-import functools
+import math
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -65,9 +66,10 @@ from real.engines.megatron_parallel import (
 )
 from real.engines.megatron_support import (
     OnReceive,
-    TimedP2P,
     cpu_shims,
     one_process_world,
+    reporting_p2p,
+    timed_backward,
 )
 from real.model import TinyModelSpec, build_causal_lm, build_value_model, qwen3_config
 
@@ -178,7 +180,7 @@ class MegatronTrainer:
             require(stages is None, "stages", stages, "need the task's grid (pipeline stages "
                     "run in a world with one process per stage)")
             grid, device_id = MegatronGrid("alone", (((0,),),), (0, spec.layers)), 0
-            groups = one_process_world(self.device)
+            groups = one_process_world(self.device, spec.layers)
         require(groups is not None and device_id is not None, "groups", groups,
                 "must be given with the grid, with device_id")
         self.role, self.spec, self.cfg = role, spec, cfg or AlgoConfig()
@@ -190,11 +192,10 @@ class MegatronTrainer:
                 f"must be the grid's boundaries {grid.boundaries}")
         self.first_layer, self.last_layer = grid.boundaries[self.stage], grid.boundaries[self.stage + 1]
         self.pre, self.post = self.stage == 0, self.stage == grid.pp - 1
-        self.stages = list(grid.boundaries) if grid.pp > 1 else None
-        self.pipeline = grid.pp > 1
         self.pgc = process_group_collection(grid, device_id, groups)
         self.on_receive = on_receive
-        self.comm_s = 0.0  # seconds the last train_step spent in pipeline p2p
+        self.compute_s = 0.0  # seconds of the last train_step's forwards, losses and backwards
+        self.last_grad_norm = 0.0  # the last step's gradient norm before clipping
         with self._shims():
             self._build(seed)
         self._export: dict[str, torch.Tensor] = {}
@@ -204,7 +205,7 @@ class MegatronTrainer:
         return cpu_shims() if self.device.type == "cpu" else contextlib.nullcontext()
 
     def _build(self, seed: int) -> None:
-        from megatron.core import parallel_state
+        from megatron.core import parallel_state, tensor_parallel
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -214,6 +215,10 @@ class MegatronTrainer:
 
         if parallel_state._GLOBAL_MEMORY_BUFFER is None:  # the attention's scratch space, made
             parallel_state._set_global_memory_buffer()    # by initialize_model_parallel
+        if self.device.type == "cuda" and not tensor_parallel.get_cuda_rng_tracker().is_initialized():
+            # the attention forks the tracker's model-parallel state even without dropout
+            tensor_parallel.model_parallel_cuda_manual_seed(seed, tp_rank=self.tp_rank, ep_rank=0,
+                                                            etp_rank=0)
         value = self.role == "critic"
         self.module = build_gpt_model(self.spec, value, self.grid, self.stage, self.pgc)
         hf = (build_value_model if value else build_causal_lm)(self.spec, seed).state_dict()
@@ -226,7 +231,7 @@ class MegatronTrainer:
         self.ddp = DistributedDataParallel(self.config, ddp, self.module,
                                            pg_collection=self.pgc)
         self.config.no_sync_func = self.ddp.no_sync
-        self.config.finalize_model_grads_func = functools.partial(finalize_model_grads)
+        self.config.finalize_model_grads_func = finalize_model_grads
         lr = self.cfg.lr if self.role == "actor" else self.cfg.critic_lr
         opt = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, adam_beta1=0.9,
                               adam_beta2=0.999, adam_eps=1e-8, clip_grad=self.cfg.grad_clip,
@@ -236,7 +241,7 @@ class MegatronTrainer:
             warnings.simplefilter("ignore")
             self.optimizer = get_megatron_optimizer(opt, [self.ddp], use_gloo_process_groups=False,
                                                     pg_collection=self.pgc)
-        self.p2p = TimedP2P(self.pgc.pp, self.config, self.on_receive)
+        self.p2p = reporting_p2p(self.pgc.pp, self.config, self.on_receive)
 
     # --- weights ---
     def load_hf_state(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -296,7 +301,11 @@ class MegatronTrainer:
         """Restore :meth:`save_state`'s output (then the stage's export, a tp collective). The
         optimizer state is copied: torch's ``load_state_dict`` would adopt the given tensors."""
         with torch.no_grad():
-            self.module.load_state_dict(state["module"], strict=False)
+            missing, unexpected = self.module.load_state_dict(state["module"], strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state")]
+        require(not missing and not unexpected, "checkpoint", {"missing": missing,
+                                                               "unexpected": unexpected},
+                "must hold exactly this rank's weights (the same grid and model)")
         for opt, saved in zip(self._inner_optimizers(), state["optimizer"], strict=True):
             opt.load_state_dict(_cpu_clone(saved))
         self.refresh_export()
@@ -311,7 +320,8 @@ class MegatronTrainer:
         """The whole model's output on ``batch`` (pp = 1 only): logits [B, T, V] (actor) or
         per-position values [B, T] (critic); causal attention without padding mask, as
         TorchTrainer."""
-        require(not self.pipeline, "stages", self.stages, "forward() runs the whole model only")
+        require(self.grid.pp == 1, "grid.pp", self.grid.pp, "must be 1: forward() runs the whole "
+                "model only")
         batch = batch.to(self.device)
         with self._shims():
             out = self.module(batch.input_ids, batch.position_ids,
@@ -335,23 +345,27 @@ class MegatronTrainer:
                  for b, e in micro_batches]
         stats: list[dict[str, float]] = []
         data = iter(moved)
+        compute: list[float] = []  # seconds of each forward, loss and backward
 
         def forward_step(data_iterator: Iterator[Any], model: nn.Module) -> Any:
             batch, extras = next(data_iterator)
+            start = time.perf_counter()
             out = model(batch.input_ids, batch.position_ids,
                         attention_mask=_causal_mask(batch, self.device))
+            compute.append(time.perf_counter() - start)
 
             def loss_func(output: torch.Tensor) -> Any:
+                start = time.perf_counter()
                 loss, st = trainer_loss(self.role, self.cfg, self._head(output), batch.input_ids,
                                         batch.response_mask, dict(extras))
                 stats.append(st)
                 n = batch.response_mask.sum()
+                compute.append(time.perf_counter() - start)
                 return loss * n, n.to(torch.int), {}
 
             return out, loss_func
 
-        self.p2p.comm_s = 0.0
-        with self._shims():
+        with self._shims(), timed_backward(compute):
             self.ddp.zero_grad_buffer()
             self.optimizer.zero_grad()
             get_forward_backward_func(pp_size=self.grid.pp)(
@@ -359,9 +373,12 @@ class MegatronTrainer:
                 num_microbatches=len(moved), seq_length=max(b.input_ids.shape[1] for b, _ in moved),
                 micro_batch_size=max(b.size for b, _ in moved), forward_only=False,
                 p2p_communicator=self.p2p, pg_collection=self.pgc)
-            ok, self.last_grad_norm, _ = self.optimizer.step()
-        require(ok, "optimizer step", ok, "failed (non-finite gradients)")
-        self.comm_s = self.p2p.comm_s
+            _, norm, _ = self.optimizer.step()
+        self.last_grad_norm = float(norm)
+        # float32 has no loss scaler to skip a bad step: a non-finite norm is an error here
+        require(math.isfinite(self.last_grad_norm), "gradient norm", self.last_grad_norm,
+                "must be finite (the step's loss or gradients overflowed)")
+        self.compute_s = sum(compute)
         self.refresh_export()
         if not (self.post and self.tp_rank == 0):
             return {}

@@ -11,7 +11,8 @@ group       members                                used by
 ``pp``      one tp rank's stages of one replica    the 1F1B schedule's p2p
 ``dp``      one (stage, tp rank) over the replicas gradient reduce-scatter,
                                                    parameter all-gather
-``mp``      every rank of one replica              the gradient norm
+``mp``      every rank of one replica              the optimizer's model-parallel
+                                                   rank
 ``embd``    first and last stage (per tp rank)     tied embeddings (unused: the
                                                    head is untied, as Qwen3's)
 ``pos_embd`` first stage (per tp rank)             learned positions (unused: RoPE)
@@ -21,9 +22,9 @@ group       members                                used by
 =========== ====================================== ==============================
 
 Groups are named ``{task}/megatron/{kind}/{index}`` and listed by :meth:`MegatronGrid.groups`
-as device tuples; every process of the torch.distributed world must create every group, in the
-same order (:func:`create_groups`), members or not. megatron-core is not imported here except
-in :func:`process_group_collection`.
+as device tuples, each in the order of the grid (group rank i is position i); every process of
+the torch.distributed world must create every group, in the same order (:func:`create_groups`),
+members or not. megatron-core is imported inside functions only.
 
 Shards: column-parallel weights (``linear_qkv``, ``linear_fc1``, the vocabulary-parallel
 embedding and output layer) are split along rows, row-parallel ones (``linear_proj``,
@@ -91,10 +92,6 @@ class MegatronGrid:
     def tp(self) -> int:
         return len(self.devices[0][0])
 
-    @property
-    def layers(self) -> int:
-        return self.boundaries[-1]
-
     def coords(self, device: int) -> tuple[int, int, int]:
         """(replica, stage, tp rank) of ``device``."""
         for r, replica in enumerate(self.devices):
@@ -104,7 +101,8 @@ class MegatronGrid:
         raise SpecError(f"{self.task}.devices", device, "is not a device of this task")
 
     def groups(self) -> dict[str, tuple[int, ...]]:
-        """Every Megatron group of the task: name -> devices (in rank order of the group)."""
+        """Every Megatron group of the task: name -> devices, in the order of their ranks in the
+        group (stage order for ``pp``, tp order for ``tp``, replica order for ``dp``)."""
         R, S, T = range(self.dp), range(self.pp), range(self.tp)
         d = self.devices
         members = {
@@ -135,17 +133,19 @@ class MegatronGrid:
         return sizes[0], sizes[-1]
 
 
-def create_groups(specs: Mapping[str, Sequence[int]], rank: int) -> dict[str, Any]:
+def create_groups(specs: Mapping[str, Sequence[int]], rank: int,
+                  backend: str | None = None) -> dict[str, Any]:
     """``torch.distributed.new_group`` for every group of ``specs`` (name -> global ranks), in
-    sorted name order (every process must call this with the same specs), on the world's
-    backends (gloo; with :data:`GPU_BACKEND` also NCCL for CUDA tensors); returns the groups
-    ``rank`` belongs to."""
+    sorted name order (every process must call this with the same specs), each group's ranks in
+    the order given (a stage's or tp rank's position in the grid, which Megatron reads off
+    ``group.rank()``; torch would sort them), on ``backend`` (default the world's: gloo; with
+    :data:`GPU_BACKEND` also NCCL for CUDA tensors); returns the groups ``rank`` belongs to."""
     import torch.distributed as dist
 
     out = {}
     for name in sorted(specs):
         ranks = list(specs[name])
-        g = dist.new_group(ranks)
+        g = dist.new_group(ranks, backend=backend, sort_ranks=False)
         if rank in ranks:
             out[name] = g
     return out

@@ -1,6 +1,7 @@
 """What the megatron engine needs around megatron-core: the shims that let its CUDA-minded code
-run on CPU tensors, a p2p communicator that reports each pipeline receive (for the real
-backend's network emulation), and a torch.distributed world of one for an engine used alone.
+run on CPU tensors, a p2p communicator that reports each pipeline receive and a timer of the
+schedule's backward steps (for the real backend's network and speed emulation), and a
+torch.distributed world of one for an engine used alone.
 megatron-core is imported inside the functions only."""
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_process_world(device: torch.device) -> dict[str, Any]:
+def one_process_world(device: torch.device, layers: int) -> dict[str, Any]:
     """A torch.distributed world of one process (NCCL on CUDA, gloo on CPU), unless one exists,
     and the groups of a one-device grid in it (for an engine used alone, as in tests)."""
     import torch.distributed as dist
@@ -96,28 +97,44 @@ def one_process_world(device: torch.device) -> dict[str, Any]:
     require(dist.get_world_size() == 1, "torch.distributed world size", dist.get_world_size(),
             "must be 1 for a megatron engine built without a grid; pass grid and groups to "
             "train in a larger world")
-    return create_groups(MegatronGrid("alone", (((0,),),), (0, 1)).groups(), 0)
+    return create_groups(MegatronGrid("alone", (((0,),),), (0, layers)).groups(), 0)
 
 
-class TimedP2P:
-    """Megatron's P2PCommunicator that reports each receive (sender's stage, bytes) to
-    ``on_receive`` and adds the time spent communicating to ``comm_s``."""
+def reporting_p2p(pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:
+    """Megatron's ``P2PCommunicator`` over ``pp_group``, calling ``on_receive(stage, bytes)``
+    after each receive from the previous or next stage (stage = the sender's rank in the group)."""
+    from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
 
-    def __new__(cls, pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:
-        from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
+    class Reporting(P2PCommunicator):
+        def _communicate(self, **kwargs: Any) -> Any:
+            prev, nxt, reqs = super()._communicate(**kwargs)
+            rank, size = pp_group.rank(), pp_group.size()
+            if on_receive is not None:
+                for tensor, peer in ((prev, rank - 1), (nxt, rank + 1)):
+                    if tensor is not None and 0 <= peer < size:
+                        on_receive(peer, float(tensor.numel() * tensor.element_size()))
+            return prev, nxt, reqs
 
-        class Timed(P2PCommunicator):
-            comm_s = 0.0
+    return Reporting(pp_group, config)
 
-            def _communicate(self, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                prev, nxt, reqs = super()._communicate(**kwargs)
-                rank, size = pp_group.rank(), pp_group.size()
-                if on_receive is not None:
-                    for tensor, peer in ((prev, rank - 1), (nxt, rank + 1)):
-                        if tensor is not None and 0 <= peer < size:
-                            on_receive(peer, float(tensor.numel() * tensor.element_size()))
-                self.comm_s += time.perf_counter() - start
-                return prev, nxt, reqs
 
-        return Timed(pp_group, config)
+@contextlib.contextmanager
+def timed_backward(seconds: list[float]) -> Iterator[None]:
+    """Within the block, megatron-core's pipeline schedules time each micro-batch's backward
+    (``schedules.backward_step``) into ``seconds`` (appended). The backward is autograd's, run
+    inside the schedule; this is the only place its compute can be told from its waits."""
+    from megatron.core.pipeline_parallel import schedules
+
+    backward_step = schedules.backward_step
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        out = backward_step(*args, **kwargs)
+        seconds.append(time.perf_counter() - start)
+        return out
+
+    schedules.backward_step = timed
+    try:
+        yield
+    finally:
+        schedules.backward_step = backward_step

@@ -50,16 +50,25 @@ def micro_batches(role: str, idx: list[int]) -> tuple[list[Any], list[float]]:
     return micro, [m.num_response_tokens / total for m, _ in micro]
 
 
-def grid(dp: int, pp: int, tp: int, boundaries: tuple[int, ...], task: str) -> Any:
+def grid(dp: int, pp: int, tp: int, boundaries: tuple[int, ...], task: str,
+         reverse: bool = False) -> Any:
+    """The grid over ranks 0..dp*pp*tp-1 in replica, stage, tp order; ``reverse``: in the
+    opposite order (the last replica's last stage's last tp rank on rank 0), so that a group's
+    ranks descend where Megatron's group positions ascend."""
     from real.engines.megatron_parallel import MegatronGrid
 
-    devs = tuple(tuple(tuple(r * pp * tp + s * tp + t for t in range(tp)) for s in range(pp))
-                 for r in range(dp))
+    n = dp * pp * tp
+
+    def device(i: int) -> int:
+        return n - 1 - i if reverse else i
+
+    devs = tuple(tuple(tuple(device(r * pp * tp + s * tp + t) for t in range(tp))
+                       for s in range(pp)) for r in range(dp))
     return MegatronGrid(task, devs, boundaries)
 
 
 def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: tuple[int, ...],
-              port: int, out: str) -> None:
+              port: int, out: str, reverse: bool) -> None:
     """One rank: join the world, create every group of both tasks, build both trainers (ranks
     beyond the grid only create the groups, as generation workers do), one step each."""
     import torch.distributed as dist
@@ -70,7 +79,7 @@ def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: t
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
-    grids = {role: grid(*layout, boundaries, f"{role}_training") for role in ROLES}
+    grids = {role: grid(*layout, boundaries, f"{role}_training", reverse) for role in ROLES}
     specs = {k: v for g in grids.values() for k, v in g.groups().items()}
     groups = create_groups(specs, rank)
     result: dict[str, Any] = {}
@@ -81,7 +90,7 @@ def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: t
         for role, eng in engines.items():
             micro, scales = micro_batches(role, shares(layout[0])[eng.replica])
             stats = eng.train_step(micro, scales)
-            result[role] = {"stats": stats, "weights": eng.state_dict(),
+            result[role] = {"stats": stats, "weights": eng.state_dict(), "replica": eng.replica,
                             "grad_norm": float(eng.last_grad_norm)}
     with open(Path(out) / f"rank{rank}.pkl", "wb") as f:
         pickle.dump(result, f)
@@ -89,7 +98,7 @@ def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: t
 
 
 def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Path,
-              extra_ranks: int = 0) -> list[dict[str, Any]]:
+              extra_ranks: int = 0, reverse: bool = False) -> list[dict[str, Any]]:
     """Spawn the grid's ranks (plus ``extra_ranks`` bystanders) and return their results."""
     import torch.multiprocessing as mp
 
@@ -97,7 +106,7 @@ def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     world = layout[0] * layout[1] * layout[2] + extra_ranks
-    mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out)), nprocs=world)
+    mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out), reverse), nprocs=world)
     results = []
     for r in range(world):
         with open(out / f"rank{r}.pkl", "rb") as f:

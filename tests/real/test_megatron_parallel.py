@@ -24,34 +24,34 @@ pytest.importorskip("megatron.core", reason="megatron-core not installed (pip in
 
 from tests.real.megatron_ranks import CFG, ROLES, SPEC, run_ranks, torch_step  # noqa: E402
 
-#: (dp, pp, tp), layer boundaries, bystander ranks (workers of other tasks in the world).
+#: (dp, pp, tp), layer boundaries, bystander ranks (workers of other tasks in the world),
+#: whether the grid's devices run in reverse rank order.
 LAYOUTS = {
-    "tp2": ((1, 1, 2), (0, 4), 0),
-    "pp2": ((1, 2, 1), (0, 3, 4), 1),  # uneven stages: 3 + 1 layers
-    "dp2": ((2, 1, 1), (0, 4), 1),
-    "tp2xpp2": ((1, 2, 2), (0, 2, 4), 0),
-    "dp2xtp2": ((2, 1, 2), (0, 4), 0),
-    "dp2xpp2": ((2, 2, 1), (0, 2, 4), 0),
+    "tp2": ((1, 1, 2), (0, 4), 0, False),
+    "pp2": ((1, 2, 1), (0, 3, 4), 1, False),  # uneven stages: 3 + 1 layers
+    "dp2": ((2, 1, 1), (0, 4), 1, False),
+    "tp2xpp2": ((1, 2, 2), (0, 2, 4), 0, False),
+    "dp2xtp2": ((2, 1, 2), (0, 4), 0, False),
+    "dp2xpp2": ((2, 2, 1), (0, 2, 4), 0, False),
+    "pp3": ((1, 3, 1), (0, 2, 3, 4), 0, False),  # a middle stage: neither embedding nor head
+    "tp2xpp2-reversed": ((1, 2, 2), (0, 1, 4), 0, True),  # stage 0 on ranks 3, 2
 }
 SMALL_GRAD = 1e-4  # x the largest |gradient|: below it rounding may flip Adam's first step
 
 
-def _merged_replicas(results: list[dict], role: str, layout: tuple[int, int, int]) -> list[dict]:
+def _merged_replicas(results: list[dict], role: str, dp: int) -> list[dict]:
     """Per replica, its stages' weight slices merged into one HF state dict."""
-    dp, pp, tp = layout
-    out = []
-    for r in range(dp):
-        merged: dict[str, torch.Tensor] = {}
-        for rank in range(r * pp * tp, (r + 1) * pp * tp):
-            merged.update(results[rank][role]["weights"])
-        out.append(merged)
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(dp)]
+    for res in results:
+        if res:
+            out[res[role]["replica"]].update(res[role]["weights"])
     return out
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_megatron_layout_matches_the_torch_trainer(name, tmp_path):
-    layout, boundaries, extra = LAYOUTS[name]
-    results = run_ranks(layout, boundaries, tmp_path, extra_ranks=extra)
+    layout, boundaries, extra, reverse = LAYOUTS[name]
+    results = run_ranks(layout, boundaries, tmp_path, extra_ranks=extra, reverse=reverse)
     grid_ranks = layout[0] * layout[1] * layout[2]
     assert all(not r for r in results[grid_ranks:])  # bystanders only made the groups
     for role in ROLES:
@@ -67,7 +67,7 @@ def test_megatron_layout_matches_the_torch_trainer(name, tmp_path):
             assert res[role]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), role
         gmax = max(g.abs().max() for g in ref["grads"].values())
         lr = CFG.lr if role == "actor" else CFG.critic_lr
-        for replica in _merged_replicas(results, role, layout):
+        for replica in _merged_replicas(results, role, layout[0]):
             assert replica.keys() == ref["weights"].keys(), role
             loose = total = 0
             for k, want in ref["weights"].items():
