@@ -23,11 +23,13 @@ KEYS = {"actor": ("ref_logp", "advantages"), "critic": ("returns",)}
 MICRO = 2  # sequences per micro-batch
 
 
-def batch() -> tuple[Any, dict[str, torch.Tensor]]:
-    """Six sequences of different lengths with random training inputs."""
+def batch(prompt_lens: tuple[int, ...] = (5, 9, 3, 4, 7, 6),
+          response_lens: tuple[int, ...] = (6, 2, 8, 5, 3, 7)) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Sequences of the given prompt and response lengths (random tokens) with random training
+    inputs (seed 0)."""
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (5, 9, 3, 4, 7, 6)]
-    responses = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (6, 2, 8, 5, 3, 7)]
+    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in prompt_lens]
+    responses = [torch.randint(3, 250, (n,), generator=g).tolist() for n in response_lens]
     b = make_batch(prompts, responses)
     B, T = b.input_ids.shape
     extras = {"advantages": torch.randn(B, T, generator=g) * b.response_mask,

@@ -15,22 +15,14 @@ pytest.importorskip("megatron.core", reason="megatron-core not installed (pip in
 
 from hetrl.errors import HetrlError  # noqa: E402
 from real.algos import AlgoConfig  # noqa: E402
-from real.engines.base import make_batch  # noqa: E402
 from real.engines.megatron_engine import MegatronTrainer  # noqa: E402
 from real.engines.torch_engine import TorchRollout, TorchTrainer  # noqa: E402
 from real.worker import digest  # noqa: E402
+from tests.real.megatron_ranks import batch  # noqa: E402
 
 
 def _batch():
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (5, 9, 3)]
-    responses = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (6, 2, 8)]
-    batch = make_batch(prompts, responses)
-    B, T = batch.input_ids.shape
-    extras = {"advantages": torch.randn(B, T, generator=g) * batch.response_mask,
-              "ref_logp": -torch.rand(B, T, generator=g) * 5 * batch.response_mask,
-              "returns": torch.randn(B, T, generator=g) * batch.response_mask}
-    return batch, extras
+    return batch((5, 9, 3), (6, 2, 8))
 
 
 @pytest.mark.parametrize("role", ["actor", "critic"])
