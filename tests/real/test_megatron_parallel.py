@@ -8,11 +8,12 @@ sequences). Checked against TorchTrainer's step on the same micro-batches:
 * the loss statistics within 1e-4 (relative, or absolute near 0);
 * the gradient norm before clipping within 1e-4 relative, on every rank: Adam's first step is
   blind to a uniform gradient scale, the norm is not;
-* the weights after the step within 1e-5 wherever the gradient is at least 1e-4 of the largest.
-  Where it is smaller the element's gradient is a near-cancelling sum whose float32 rounding
-  depends on the summation order (tensor-parallel partial sums, another micro-batch
-  grouping), and Adam's first step, lr x g / (|g| + eps), turns any g well above eps into
-  +-lr: those elements may differ by up to 2 lr. They must be few (under 1 %).
+* the weights after the step within 1e-5 (``assert_adam_step_close``), except that an element
+  whose gradient is under 1e-4 of the largest may differ by up to 2 lr, for at most 1e-4 of
+  the elements: its gradient is a near-cancelling sum whose float32 rounding depends on the
+  summation order (tensor-parallel partial sums, another micro-batch grouping), and Adam's
+  first step, lr x g / (|g| + eps), turns any g well above eps into +-lr. (Measured: at most
+  2 of 181k-363k elements beyond 1e-5, by at most 1.08e-5; the others within 1.2e-7.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import torch
 
 pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[test]')")
 
-from tests.real.megatron_ranks import CFG, ROLES, SPEC, run_ranks, torch_step  # noqa: E402
+from tests.real.megatron_ranks import (  # noqa: E402
+    CFG,
+    ROLES,
+    SPEC,
+    assert_adam_step_close,
+    run_ranks,
+    torch_step,
+)
 
 #: (dp, pp, tp), layer boundaries, bystander ranks (workers of other tasks in the world),
 #: whether the grid's devices run in reverse rank order.
@@ -36,7 +44,6 @@ LAYOUTS = {
     "pp3": ((1, 3, 1), (0, 2, 3, 4), 0, False),  # a middle stage: neither embedding nor head
     "tp2xpp2-reversed": ((1, 2, 2), (0, 1, 4), 0, True),  # stage 0 on ranks 3, 2
 }
-SMALL_GRAD = 1e-4  # x the largest |gradient|: below it rounding may flip Adam's first step
 
 
 def _merged_replicas(results: list[dict], role: str, dp: int) -> list[dict]:
@@ -65,19 +72,9 @@ def test_megatron_layout_matches_the_torch_trainer(name, tmp_path):
             assert stats[k] == pytest.approx(v, rel=1e-4, abs=1e-4), (role, k)
         for res in results[:grid_ranks]:
             assert res[role]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), role
-        gmax = max(g.abs().max() for g in ref["grads"].values())
         lr = CFG.lr if role == "actor" else CFG.critic_lr
         for replica in _merged_replicas(results, role, layout[0]):
-            assert replica.keys() == ref["weights"].keys(), role
-            loose = total = 0
-            for k, want in ref["weights"].items():
-                diff = (replica[k] - want).abs()
-                steady = ref["grads"][k].abs() >= SMALL_GRAD * gmax
-                assert not steady.any() or diff[steady].max() <= 1e-5, (role, k)
-                assert diff.max() <= 2 * lr * (1 + 1e-3), (role, k)
-                loose += int((diff > 1e-5).sum())
-                total += diff.numel()
-            assert loose <= 0.01 * total, (role, loose, total)
+            assert_adam_step_close(replica, ref, lr)
 
 
 def test_grid_groups_and_uneven_stages():
