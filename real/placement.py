@@ -89,7 +89,7 @@ def check_supported(plan: Plan, workload: WorkloadSpec,
         if p.tp != 1:
             raise SpecError(f"placements[{p.task}].tp", p.tp,
                             "the torch engines run tp = 1 only (tensor parallelism is the "
-                            "megatron engine's, for training tasks: --engine training=megatron); "
+                            "megatron engine's, for training tasks: --engines training=megatron); "
                             "use dp or pp for this task")
         if p.pp != 1 and kind != "training":
             raise SpecError(f"placements[{p.task}].pp", p.pp,

@@ -1,6 +1,7 @@
 """The run's Ray actors as one object, as verl's ``RayWorkerGroup``: it creates one
 :class:`real.worker.DeviceWorker` per planned device (each in its own bundle of one placement
-group), joins them into one gloo world with a group per DP all-reduce (torch trainers) and
+group), joins them into one torch.distributed world (gloo; on GPUs also NCCL) with a group per
+DP all-reduce (torch trainers) and
 megatron-core's groups of each megatron trainer's (dp, pp, tp) grid, hands out their handles,
 waits for their results, names the device, GPU type and task when one dies or fails, and kills
 them at the end.
@@ -78,7 +79,7 @@ class WorkerGroup:
     # --- life cycle ---
     def start(self, t0: float, algo: Any, config: RunConfig,
               states: Mapping[int, Mapping[str, Any]] | None) -> None:
-        """Create the placement group, one worker per device, the gloo world with the torch
+        """Create the placement group, one worker per device, the world with the torch
         trainers' DP groups and the megatron trainers' grid groups, then every engine (trainers
         restored from ``states`` = device -> task -> saved state)."""
         gpu = config.device == "cuda"
