@@ -107,6 +107,15 @@ class TaskPlacement:
         return self.devices[i]
 
     @_computed_once
+    def layer_bounds(self) -> tuple[int, ...]:
+        """Layer boundaries of the stages: (0, l_0, l_0 + l_1, ..., layers); stage s holds
+        layers [bounds[s], bounds[s + 1])."""
+        out = [0]
+        for n in self.layers_per_stage:
+            out.append(out[-1] + n)
+        return tuple(out)
+
+    @_computed_once
     def data_shares(self) -> tuple[float, ...]:
         """Fraction of the batch each replica processes (sums to 1)."""
         total = sum(self.data_weights)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from hetrl.cost.model import cost_model
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_pulls
 from hetrl.errors import SpecError
-from hetrl.plan import Plan
+from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 from real.engines import DEFAULT_ENGINE
@@ -56,19 +55,12 @@ def megatron_trained(plan: Plan, workload: WorkloadSpec,
 def megatron_grids(plan: Plan, workload: WorkloadSpec,
                    engines: Mapping[str, str] | None = None) -> dict[str, MegatronGrid]:
     """Task -> its (dp, pp, tp) device grid, for the training tasks on the megatron engine."""
-    out = {}
-    for task in megatron_trained(plan, workload, engines):
-        p = plan.placement(task)
-        out[task] = MegatronGrid(task, tuple(tuple(tuple(stage) for stage in r) for r in p.devices),
-                                 _boundaries(p.layers_per_stage))
-    return out
+    return {task: _grid(plan.placement(task))
+            for task in megatron_trained(plan, workload, engines)}
 
 
-def _boundaries(layers_per_stage: tuple[int, ...]) -> tuple[int, ...]:
-    bounds = [0]
-    for n in layers_per_stage:
-        bounds.append(bounds[-1] + n)
-    return tuple(bounds)
+def _grid(p: TaskPlacement) -> MegatronGrid:
+    return MegatronGrid(p.task, p.devices, p.layer_bounds)
 
 
 def check_supported(plan: Plan, workload: WorkloadSpec,
@@ -97,7 +89,7 @@ def check_supported(plan: Plan, workload: WorkloadSpec,
                             f"{kind} task: use pp = 1")
 
 
-def _check_megatron(p: Any, workload: WorkloadSpec) -> None:
+def _check_megatron(p: TaskPlacement, workload: WorkloadSpec) -> None:
     """What megatron-core needs of a training placement: the megatron backend (the cost model
     estimated an fsdp one as FSDP), a layer split it can build, heads, query groups and the
     MLP's width that tp divides."""
@@ -110,8 +102,7 @@ def _check_megatron(p: Any, workload: WorkloadSpec) -> None:
         if n % p.tp:
             raise SpecError(f"placements[{p.task}].tp", p.tp, f"must divide the model's {field} "
                             f"({n}) on the megatron engine")
-    MegatronGrid(p.task, tuple(tuple(tuple(s) for s in r) for r in p.devices),
-                 _boundaries(p.layers_per_stage)).layer_split()
+    _grid(p).layer_split()
 
 
 def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
@@ -119,7 +110,7 @@ def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
     out = []
     for p in plan.placements:
         info = workload.task(p.task)
-        bounds = _boundaries(p.layers_per_stage)
+        bounds = p.layer_bounds
         for r, replica in enumerate(p.devices):
             for s, stage in enumerate(replica):
                 for t, device in enumerate(stage):

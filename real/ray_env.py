@@ -11,10 +11,19 @@ names, such as ``A100``, differ from the catalog's).
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the rendezvous of a local torch.distributed
+    world)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 #: Units of each built-in GPU type a local instance emulates (devices of that type per plan).
 EMULATED_PER_TYPE = 64

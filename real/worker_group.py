@@ -9,7 +9,6 @@ them at the end.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from real.placement import (
     megatron_grids,
     missing_resources,
 )
-from real.ray_env import ensure_ray
+from real.ray_env import ensure_ray, free_port
 from real.worker import DeviceWorker
 
 #: Seconds a worker may take to start and build its engines (imports of torch and transformers
@@ -117,7 +116,7 @@ class WorkerGroup:
             groups.update(g.groups())
         if groups:  # before the engines: a megatron trainer is built on its groups
             rank = {d: i for i, d in enumerate(self.devices)}
-            port = _free_port()
+            port = free_port()
             self.get({self.workers[d].init_distributed.remote(
                 rank[d], len(self.devices), f"tcp://127.0.0.1:{port}",
                 {k: [rank[x] for x in devs] for k, devs in groups.items()}, SETUP_TIMEOUT_S):
@@ -238,7 +237,3 @@ class WorkerGroup:
         return dead
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

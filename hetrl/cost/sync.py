@@ -112,8 +112,7 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     out = SYNC_NEEDS.get(key)
     if out is not None:
         return out
-    tb = _bounds(train.layers_per_stage)
-    gb = _bounds(gen.layers_per_stage)
+    tb, gb = train.layer_bounds, gen.layer_bounds
     stages, rows = [], []
     for s in range(len(train.layers_per_stage)):
         per_stage = [_overlap_bytes(shape, gb[g], gb[g + 1], tb[s], tb[s + 1], s == 0,
@@ -128,14 +127,6 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     for a in (nbytes, need):
         a.setflags(write=False)
     return SYNC_NEEDS.put(key, (stages, nbytes, need))
-
-
-def _bounds(layers: tuple[int, ...]) -> list[int]:
-    """Layer boundaries of consecutive stages: [0, l_0, l_0 + l_1, ...]."""
-    out = [0]
-    for n in layers:
-        out.append(out[-1] + n)
-    return out
 
 
 def _overlap_bytes(shape: StageShape, lo: int, hi: int, train_lo: int, train_hi: int,

@@ -180,7 +180,7 @@ class MegatronTrainer:
             require(stages is None, "stages", stages, "need the task's grid (pipeline stages "
                     "run in a world with one process per stage)")
             grid, device_id = MegatronGrid("alone", (((0,),),), (0, spec.layers)), 0
-            groups = one_process_world(self.device, spec.layers)
+            groups = one_process_world(self.device, grid)
         require(groups is not None and device_id is not None, "groups", groups,
                 "must be given with the grid, with device_id")
         self.role, self.spec, self.cfg = role, spec, cfg or AlgoConfig()

@@ -7,7 +7,6 @@ megatron-core is imported inside the functions only."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 
 from hetrl.errors import require
 from real.engines.megatron_parallel import MegatronGrid, create_groups
+from real.ray_env import free_port
 
 #: Called with (stage index of the sender, bytes) after each pipeline p2p receive; the real
 #: backend's network emulation waits there.
@@ -79,25 +79,20 @@ def cpu_shims() -> Iterator[None]:
             setattr(torch, name, factory)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def one_process_world(device: torch.device, layers: int) -> dict[str, Any]:
+def one_process_world(device: torch.device, grid: MegatronGrid) -> dict[str, Any]:
     """A torch.distributed world of one process (NCCL on CUDA, gloo on CPU), unless one exists,
-    and the groups of a one-device grid in it (for an engine used alone, as in tests)."""
+    and the groups of ``grid`` (one device, rank 0) in it (for an engine used alone, as in
+    tests)."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
                                 rank=0, world_size=1)
     require(dist.get_world_size() == 1, "torch.distributed world size", dist.get_world_size(),
             "must be 1 for a megatron engine built without a grid; pass grid and groups to "
             "train in a larger world")
-    return create_groups(MegatronGrid("alone", (((0,),),), (0, layers)).groups(), 0)
+    return create_groups(grid.groups(), 0)
 
 
 def reporting_p2p(pp_group: Any, config: Any, on_receive: OnReceive | None) -> Any:

@@ -6,7 +6,6 @@ folder; and the same step by TorchTrainer in this process, for comparison."""
 from __future__ import annotations
 
 import pickle
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from real.algos import AlgoConfig
 from real.engines.base import make_batch
 from real.model import TinyModelSpec
+from real.ray_env import free_port
 
 SPEC = TinyModelSpec()  # 4 layers, 4 heads in 2 query groups: tp = 2 splits them
 CFG = AlgoConfig(lr=1e-3, critic_lr=1e-3, kl_coef=0.05)
@@ -104,9 +104,7 @@ def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Pa
     """Spawn the grid's ranks (plus ``extra_ranks`` bystanders) and return their results."""
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     world = layout[0] * layout[1] * layout[2] + extra_ranks
     mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out), reverse), nprocs=world)
     results = []
