@@ -76,7 +76,8 @@ class RealRun:
         self.tok = ByteTokenizer()
         self.tasklets = tasklets(plan, workload)
         self.grids = megatron_grids(plan, workload, dict(config.engines))
-        self.workers = WorkerGroup(workload, cluster, plan, self.tasklets, config.checkpoint_dir)
+        self.workers = WorkerGroup(workload, cluster, plan, self.tasklets, config.checkpoint_dir,
+                                   self.grids)
         self.state = RunState()
         self._sync_sources: dict[tuple[str, str], dict[int, list[int]]] = {}
         self._later: list[Span] = []  # drained spans of iterations not finished yet

@@ -18,12 +18,12 @@ from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span
 from real.config import RunConfig
+from real.engines.megatron_parallel import MegatronGrid
 from real.placement import (
     Tasklet,
     by_device,
     device_bundles,
     emulated_resources,
-    megatron_grids,
     missing_resources,
 )
 from real.ray_env import ensure_ray, free_port
@@ -63,9 +63,11 @@ class WorkerGroup:
     actor handle, :meth:`get` results, :meth:`stop` at the end."""
 
     def __init__(self, workload: WorkloadSpec, cluster: ClusterSpec, plan: Plan,
-                 tasklets: Sequence[Tasklet], checkpoint_dir: str | None = None):
+                 tasklets: Sequence[Tasklet], checkpoint_dir: str | None = None,
+                 grids: Mapping[str, MegatronGrid] | None = None):
         self.workload, self.cluster, self.plan = workload, cluster, plan
         self.tasklets = tuple(tasklets)
+        self.grids = dict(grids or {})  # task -> grid of its megatron trainer
         self.devices = tuple(sorted({t.device for t in tasklets}))
         self.checkpoint_dir = checkpoint_dir  # named in the message of a lost worker
         self.workers: dict[int, Any] = {}
@@ -102,7 +104,6 @@ class WorkerGroup:
         per_device = by_device(self.tasklets)
         models = {role: shape.to_dict() for role, shape in self.workload.models}
         kill = config.kill_at
-        grids = megatron_grids(self.plan, self.workload, dict(config.engines))
         for i, d in enumerate(self.devices):
             opts = {"num_cpus": 0, "max_restarts": 0, "num_gpus": 1 if gpu else 0,
                     "scheduling_strategy": PlacementGroupSchedulingStrategy(self._pg, i)}
@@ -110,9 +111,10 @@ class WorkerGroup:
                 d, self.cluster.to_dict(), per_device[d], models, algo, config.seed, t0,
                 config.emulate_network, config.emulate_speed, config.device,
                 (kill[0], kill[1]) if kill and kill[2] == d else None, dict(config.engines),
-                {task: g for task, g in grids.items() if any(d in s for r in g.devices for s in r)})
-        groups = dp_groups(self.plan, self.workload, tuple(grids))
-        for g in grids.values():
+                {task: g for task, g in self.grids.items()
+                 if any(d in s for r in g.devices for s in r)})
+        groups = dp_groups(self.plan, self.workload, tuple(self.grids))
+        for g in self.grids.values():
             groups.update(g.groups())
         if groups:  # before the engines: a megatron trainer is built on its groups
             rank = {d: i for i, d in enumerate(self.devices)}
