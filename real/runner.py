@@ -66,7 +66,8 @@ class RealRun:
         self.workload, self.cluster, self.plan, self.config = workload, cluster, plan, config
         max_new = workload.response_length.max
         self.algo = AlgoConfig(algorithm=workload.algorithm, lr=config.lr, critic_lr=config.lr,
-                               kl_coef=config.kl_coef, group_size=workload.responses_per_prompt,
+                               kl_coef=0.0 if workload.kl == "none" else config.kl_coef,
+                               group_size=workload.responses_per_prompt,
                                max_new_tokens=max_new, temperature=config.temperature)
         self.reward = reward_fn(config.reward)
         self.problems = read_jsonl(config.problems or Path(__file__).parent / "data" /
@@ -169,7 +170,9 @@ class RealRun:
         if "reward_inference" in inf:  # a reward model (reward: model) adds its score
             score = score + self.config.reward_model_coef * inf["reward_inference"].float()
         mask = batch.response_mask.float()
-        extras = {"ref_logp": inf["reference_inference"]}
+        extras = {}
+        if "reference_inference" in inf:  # kl: none has no reference model
+            extras["ref_logp"] = inf["reference_inference"]
         if "actor_inference" in inf:  # recompute_logprobs: the PPO ratio's old log-probs
             extras["old_logp"] = inf["actor_inference"]
         if self.workload.algorithm == "grpo":
@@ -196,8 +199,8 @@ class RealRun:
             if task not in self.workload.task_names:
                 continue
             p = self.plan.placement(task)
-            role_keys = ("ref_logp", "advantages") if task == "actor_training" else (
-                "returns", "old_values")
+            role_keys = (*(("ref_logp",) if "ref_logp" in extras else ()), "advantages") \
+                if task == "actor_training" else ("returns", "old_values")
             if task == "actor_training" and "old_logp" in extras:
                 role_keys += ("old_logp",)
             total = float(batch.response_mask.sum()) or 1.0

@@ -4,7 +4,8 @@ PPO: actor generation -> {reward, reference, critic, actor inference} -> {actor,
 training}. GRPO drops the critic (tasks critic_inference and critic_training); a rule reward
 (``reward: rule``) drops the reward model (reward_inference); ``recompute_logprobs: false`` drops
 the actor's forward that recomputes the rollouts' old log-probs (actor_inference: verl's
-``old_log_prob``, NeMo-RL's previous log-probs). Weight sync (actor training -> generation
+``old_log_prob``, NeMo-RL's previous log-probs); ``kl: none`` drops the reference model and its
+forward (reference_inference: verl's ``ref``), as DAPO and GPG run. Weight sync (actor training -> generation
 engine) is a cost item of every plan, not a task with devices of its own.
 """
 
@@ -31,6 +32,10 @@ ALGORITHMS = ("ppo", "grpo")
 #: checker, as most GSM8K/math GRPO recipes: scoring is CPU work, priced as negligible).
 REWARDS = ("model", "rule")
 KINDS = ("generation", "inference", "training")
+#: Where the KL to the reference enters: the actor's loss (verl ``actor.use_kl_loss``, GRPO's
+#: recipes), the reward (``algorithm.use_kl_in_reward``, classic PPO), or nowhere (DAPO, GPG: no
+#: reference model, no ``reference_inference``). "loss" and "reward" cost the same.
+KL_MODES = ("loss", "reward", "none")
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,11 @@ NEEDS_TRAINED = ("critic_inference", "actor_inference")
 
 
 @lru_cache(maxsize=16)
-def tasks_for(algorithm: str, reward: str = "model",
-              recompute_logprobs: bool = False) -> tuple[TaskInfo, ...]:
+def tasks_for(algorithm: str, reward: str = "model", recompute_logprobs: bool = False,
+              kl: str = "loss") -> tuple[TaskInfo, ...]:
     """The tasks of ``algorithm`` in workflow order, dependencies restricted to present tasks
     (``reward`` "rule": no reward model, so no ``reward_inference``; ``recompute_logprobs``
-    adds ``actor_inference``)."""
+    adds ``actor_inference``; ``kl`` "none": no reference, so no ``reference_inference``)."""
     if algorithm == "ppo":
         names = TASK_NAMES
     elif algorithm == "grpo":
@@ -81,6 +86,10 @@ def tasks_for(algorithm: str, reward: str = "model",
         raise ValueError(f"unknown reward {reward!r}")
     if not recompute_logprobs:
         names = tuple(n for n in names if n != "actor_inference")
+    if kl == "none":
+        names = tuple(n for n in names if n != "reference_inference")
+    elif kl not in KL_MODES:
+        raise ValueError(f"unknown kl {kl!r}")
     present = set(names)
     return tuple(
         TaskInfo(t.name, t.role, t.kind, tuple(d for d in t.depends_on if d in present), t.stage)
@@ -88,8 +97,10 @@ def tasks_for(algorithm: str, reward: str = "model",
     )
 
 
-def roles_for(algorithm: str, reward: str = "model") -> tuple[str, ...]:
-    """Model roles used by ``algorithm`` (GRPO has no critic; a rule reward no reward model)."""
+def roles_for(algorithm: str, reward: str = "model", kl: str = "loss") -> tuple[str, ...]:
+    """Model roles used by ``algorithm`` (GRPO has no critic; a rule reward no reward model;
+    ``kl`` "none" no reference)."""
     roles = ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
         "actor", "reference", "reward")
-    return tuple(r for r in roles if r != "reward" or reward == "model")
+    return tuple(r for r in roles if (r != "reward" or reward == "model")
+                 and (r != "reference" or kl != "none"))

@@ -12,7 +12,7 @@ from hetrl.errors import SpecError, integer, is_int, is_number, one_of, positive
 from hetrl.limits import MAX_BATCH_PROMPTS, MAX_BATCH_TOKENS, MAX_RESPONSES_PER_PROMPT, MAX_SAMPLES
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape, resolve_model
-from hetrl.spec.tasks import ALGORITHMS, REWARDS, TaskInfo, roles_for, tasks_for
+from hetrl.spec.tasks import ALGORITHMS, KL_MODES, REWARDS, TaskInfo, roles_for, tasks_for
 
 MODES = ("sync", "async")
 PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -46,6 +46,9 @@ class WorkloadSpec:
     ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
     ``reward`` is "model" (a reward model scores the responses: ``reward_inference``) or "rule"
     (an answer checker on the CPU, priced as negligible: no reward model, no such task).
+    ``kl`` says where the KL to the reference enters (hetrl.spec.tasks.KL_MODES): "loss" (the
+    default) or "reward" price a reference model and its forward (``reference_inference``);
+    "none" (DAPO, GPG) has neither.
     ``recompute_logprobs`` adds the actor's forward pass that recomputes the rollouts' old
     log-probs (task ``actor_inference``, placed in actor_training's group), as verl, NeMo-RL and
     OpenRLHF run it. Workload files default it to true; this constructor and the paper's presets
@@ -90,6 +93,7 @@ class WorkloadSpec:
     gen_gpu_memory_utilization: float | None = None
     overlap_grad_reduce: bool = False
     tp_comm_overlap: bool = False
+    kl: str = "loss"
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -119,6 +123,7 @@ class WorkloadSpec:
             positive_int("staleness", self.staleness)
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
         one_of("reward", self.reward, REWARDS)
+        one_of("kl", self.kl, KL_MODES)
         for key in ("precision", "optimizer", "pad_to"):
             require(isinstance(getattr(self, key), str), key, getattr(self, key),
                     "must be a string")
@@ -127,20 +132,24 @@ class WorkloadSpec:
         require(isinstance(self.response_length, LengthDist), "response_length",
                 self.response_length, "must be a length distribution")
         roles = [r for r, _ in self.models]
-        need = roles_for(self.algorithm, self.reward)
+        need = roles_for(self.algorithm, self.reward, self.kl)
         for role in need:
             require(role in roles, f"models.{role}", None, f"is required for {self.algorithm}")
         for role in roles:
             if role == "reward" and self.reward == "rule":
                 raise SpecError("models.reward", role,
                                 "is not used with reward: rule (the rule scores the responses)")
+            if role == "reference" and self.kl == "none":
+                raise SpecError("models.reference", role,
+                                "is not used with kl: none (no KL, so no reference model)")
             require(role in need, f"models.{role}", role,
                     f"is not a role of {self.algorithm}; roles: {list(need)}")
         require(len(set(roles)) == len(roles), "models", roles, "each role at most once")
-        require(self.models_by_role["reference"] == self.models_by_role["actor"],
-                "models.reference", self.models_by_role["reference"].name,
-                f"must equal the actor's shape ({self.models_by_role['actor'].name}): "
-                "the reference is a frozen copy of the initial actor")
+        if self.kl != "none":
+            require(self.models_by_role["reference"] == self.models_by_role["actor"],
+                    "models.reference", self.models_by_role["reference"].name,
+                    f"must equal the actor's shape ({self.models_by_role['actor'].name}): "
+                    "the reference is a frozen copy of the initial actor")
         positive_int("batch_prompts", self.batch_prompts, MAX_BATCH_PROMPTS)
         positive_int("responses_per_prompt", self.responses_per_prompt, MAX_RESPONSES_PER_PROMPT)
         require(self.samples <= MAX_SAMPLES, "batch_prompts", self.batch_prompts,
@@ -188,7 +197,7 @@ class WorkloadSpec:
 
     @property
     def tasks(self) -> tuple[TaskInfo, ...]:
-        return tasks_for(self.algorithm, self.reward, self.recompute_logprobs)
+        return tasks_for(self.algorithm, self.reward, self.recompute_logprobs, self.kl)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -242,6 +251,7 @@ class WorkloadSpec:
             "optimizer_steps": self.optimizer_steps,
             "recompute": self.recompute,
             "reward": self.reward,
+            "kl": self.kl,
             "recompute_logprobs": self.recompute_logprobs,
             "backends": list(self.backends),
             "gen_cuda_graphs": self.gen_cuda_graphs,
@@ -264,8 +274,9 @@ class WorkloadSpec:
         algorithm = one_of("algorithm", data["algorithm"], ALGORITHMS)
         per_role: dict[str, Any] = {}
         reward = one_of("reward", data.get("reward", "model"), REWARDS)
+        kl = one_of("kl", data.get("kl", "loss"), KL_MODES)
         if "model" in data:
-            per_role = {role: data["model"] for role in roles_for(algorithm, reward)}
+            per_role = {role: data["model"] for role in roles_for(algorithm, reward, kl)}
         given = data.get("models")
         given = {} if given is None else given
         require(isinstance(given, Mapping), "models", given, "must be a mapping role -> model")
@@ -273,7 +284,7 @@ class WorkloadSpec:
             require(role in ("actor", "reference", "reward", "critic"), f"models.{role}", role,
                     "unknown role; roles: actor, reference, reward, critic")
         per_role.update(given)
-        if "actor" in per_role and "reference" not in per_role:
+        if "actor" in per_role and "reference" not in per_role and kl != "none":
             per_role["reference"] = per_role["actor"]
         models = tuple(
             (role, resolve_model(per_role[role], f"models.{role}", base_dir))

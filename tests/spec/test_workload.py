@@ -223,3 +223,29 @@ def test_recompute_logprobs_defaults_by_file_version():
         WorkloadSpec.from_dict({**base, "schema_version": 1, "recompute_logprobs": True})
     with pytest.raises(SpecError, match="recompute_logprobs"):
         WorkloadSpec.from_dict({**base, "recompute_logprobs": "yes"})
+
+
+def test_kl_none_has_no_reference_model_and_no_reference_task():
+    """DAPO and GPG run no KL term: ``kl: none`` drops the reference model and its forward."""
+    data = {"algorithm": "grpo", "reward": "rule", "kl": "none", "model": "Qwen3-8B",
+            "batch_prompts": 8, "responses_per_prompt": 4, "prompt_length": 64,
+            "response_length": 64}
+    wl = WorkloadSpec.from_dict(yaml.safe_load(yaml.safe_dump(data)))  # "none" stays a string
+    assert wl.kl == "none"
+    assert wl.task_names == ("actor_generation", "actor_inference", "actor_training")
+    assert [r for r, _ in wl.models] == ["actor"]
+    assert wl.task("actor_training").depends_on == ("actor_inference",)
+    assert WorkloadSpec.from_dict(wl.to_dict()) == wl
+    ppo = WorkloadSpec.from_dict({**data, "algorithm": "ppo"})
+    assert "reference_inference" not in ppo.task_names and "critic_training" in ppo.task_names
+    # the KL in the loss or in the reward costs one reference forward either way
+    for kl in ("loss", "reward"):
+        assert "reference_inference" in WorkloadSpec.from_dict({**data, "kl": kl}).task_names
+    assert WorkloadSpec.from_dict({k: v for k, v in data.items() if k != "kl"}).kl == "loss"
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**{k: v for k, v in data.items() if k != "model"},
+                                "models": {"actor": "Qwen3-8B", "reference": "Qwen3-8B"}})
+    assert err.value.field == "models.reference" and "kl: none" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        WorkloadSpec.from_dict({**data, "kl": "off"})
+    assert err.value.field == "kl" and "['loss', 'reward', 'none']" in str(err.value)
