@@ -336,8 +336,8 @@ class Simulation:
         """An FSDP task (pp = tp = 1): per optimizer step, the ranks run their k-th micro-batches
         together while the group's ring gathers the weights (twice in training, for forward and
         backward) and reduce-scatters the gradients; the next micro-batch starts when both are
-        done (lockstep: the collectives need every rank). Then the sharded optimizer step and,
-        with offload, the shards' host round trip."""
+        done (lockstep: the collectives need every rank), then the sharded optimizer step; with
+        offload, after the last step, the shards' host round trip (once per call, as verl)."""
         wl = self.workload
         train = kind == "training"
         batching = micro_batching(wl, kind)
@@ -359,8 +359,8 @@ class Simulation:
                 yield simpy.AllOf(self.env, procs)
             if train:
                 yield from self.optimizer_step(p, it)
-            if p.offload:
-                yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
+        if p.offload:  # the shards' host round trip, once per task call
+            yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
 
     def dp_ring(self, p: TaskPlacement) -> list[int]:
         """An FSDP placement's ranks (each replica's one device) in ring order, node by node."""

@@ -62,18 +62,20 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
 
 
 def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: float,
-                      optimizer_s: float, offload_s: float) -> tuple[float, float]:
+                      optimizer_s: float) -> tuple[float, float]:
     """(seconds of one optimizer step, the traffic not hidden behind compute): ``compute_s`` of
     the slowest rank's micro-batches, each micro-batch's weight gathers and gradient
     reduce-scatter (``comm_per_micro_s``) overlapped with compute, then the sharded optimizer
-    step and the host round trip of offloaded shards."""
+    step. Offloaded shards cross the host link once per task call (:func:`offload_seconds`)."""
     exposed = max(0.0, micro_batches * comm_per_micro_s - compute_s)
-    return compute_s + exposed + optimizer_s + offload_s, exposed
+    return compute_s + exposed + optimizer_s, exposed
 
 
 def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -> float:
-    """The host round trip of a rank's offloaded shards per optimizer step (seconds): the bf16
-    parameters, and in training the optimizer states, to the GPU and back over the host link."""
+    """The host round trip of a rank's offloaded shards per task call (seconds): the bf16
+    parameters, and in training the optimizer states, to the GPU before the call and back after
+    it over the host link (verl's ``load_fsdp_model_to_gpu`` / ``offload_fsdp_model_to_cpu``
+    around ``update_actor``, ``compute_log_prob``, ...: once per call, whatever its steps)."""
     per_param = shape.bytes_per_value + (params.optimizer_state_bytes if kind == "training"
                                          else 0)
     return 2 * shape.params * per_param / dp / (params.host_link_GBps * 1e9)

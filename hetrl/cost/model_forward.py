@@ -79,13 +79,14 @@ class ForwardTerms:
                 comm_s, opt_s = comm_s[1], 0.0  # one all-gather of the weights per micro-batch
             else:
                 comm_s = comm_s[0] + comm_s[1]
+            # verl onloads the shards once before a task's call and offloads them after it,
+            # not around every optimizer step of the call
             off_s = offload_seconds(kind, shapes[0], p.dp, self.params) if p.offload else 0.0
-            step_s, exposed = fsdp_step_seconds(worst.seconds, micro, comm_s,
-                                                opt_s, off_s)
+            step_s, exposed = fsdp_step_seconds(worst.seconds, micro, comm_s, opt_s)
             parts["dp"] += exposed * steps
             parts["hbm"] += opt_s * steps
-            parts["offload"] += off_s * steps
-            seconds = step_s * steps
+            parts["offload"] += off_s
+            seconds = step_s * steps + off_s
         elif kind == "training":
             dp_s, opt_s = self._dp_and_optimizer(p, shapes)
             if self.workload.overlap_grad_reduce and dp_s > 0:

@@ -96,7 +96,8 @@ def test_fsdp_gathers_hide_behind_compute_until_the_network_is_slow():
 
 def test_offload_trades_memory_for_host_traffic():
     """Offload keeps only the gradient shard on the GPU and adds the shards' host round trip:
-    2 x params x (bf16 + optimizer state bytes) / dp over the host link, per optimizer step."""
+    2 x params x (bf16 + optimizer state bytes) / dp over the host link, once per task call
+    (verl onloads before ``update_actor`` and offloads after it, whatever its optimizer steps)."""
     wl, cl = verl_ppo_7b(), cluster_preset("a100x8")
     model = CostModel(wl, cl)
     layers = wl.model("actor").layers
@@ -109,8 +110,8 @@ def test_offload_trades_memory_for_host_traffic():
         kept * model.placement_memory(off).states.max(), rel=1e-9)
     trip = 2 * shape.params * (wl.bytes_per_value + prm.optimizer_state_bytes) / 8 / (
         prm.host_link_GBps * 1e9)
-    assert model._forward_task_compute(on).parts["offload"] == pytest.approx(
-        trip * wl.optimizer_steps, rel=1e-9)
+    assert wl.optimizer_steps > 1
+    assert model._forward_task_compute(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
     assert model._forward_task_compute(off).parts["offload"] == 0.0
 
 
