@@ -5,13 +5,15 @@
 Each constant is fitted on the rows that measure it (the measurements file's "How to use",
 step 4): ``train_flops`` on the training rows (T1-T4), ``infer_flops`` on the prefill row (F1),
 ``decode_hbm`` on the generation rows (G1-G4), and ``flops_half_hidden``, the size curve's
-half-saturation hidden size, on the training and prefill rows. The H200 kernel runs of
+half-saturation hidden size, on the training and prefill rows, and the per-step framework
+costs (``task_call_s``, ``driver_s_per_token``, ``rule_reward_s_per_sequence``) on the fit
+side's verl step logs (S15-S17: every logged stage and the step). The H200 kernel runs of
 experiments/results/gpu-h200 (training and inference forwards of Qwen3-4B and Qwen3-8B on one
 GPU) join the fit as rows of their own: their matmul FLOPs at the fitted efficiency against the
 measured seconds. (Their decode rows are not used: a Hugging Face decode loop, not a serving
 engine.) The residuals are ln(estimate / measured), minimised together by
 ``scipy.optimize.least_squares`` in log space within bounds (a generation row's prefill also
-depends on ``infer_flops``). The holdout rows (S1-S14, W1, W2) never enter the fit: their error
+depends on ``infer_flops``). The holdout rows (S1-S14, S18-S21, W1, W2) never enter the fit: their error
 is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
 the base params would still override them.
 """
@@ -25,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -34,13 +37,22 @@ from experiments.validate_public import load_rows, summary, validate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.spec.model import model_preset
 
+#: the fit's step rows: verl logs whose every stage (not only the step) enters the fit
+STEP_ROWS = ("S15", "S16", "S17")
 #: constant -> the fit rows that measure it ("H200" : the gpu-h200 kernel runs)
 FITTED = {"train_flops": ("T1", "T2", "T3", "T4", "H200"), "infer_flops": ("F1", "H200"),
           "decode_hbm": ("G1", "G2", "G3", "G4"),
-          "flops_half_hidden": ("T1", "T2", "T3", "T4", "F1", "H200")}
-#: bounds of each constant in the fit
+          "flops_half_hidden": ("T1", "T2", "T3", "T4", "F1", "H200"),
+          "task_call_s": STEP_ROWS, "driver_s_per_token": STEP_ROWS,
+          "rule_reward_s_per_sequence": STEP_ROWS}
+#: CostParams fields among FITTED (the rest are kernel efficiencies in ``defaults``)
+FIELDS = ("flops_half_hidden", "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence")
+#: bounds of each constant in the fit (log space: every start must be > 0)
 BOUNDS = {"train_flops": (0.05, 1.0), "infer_flops": (0.05, 1.0), "decode_hbm": (0.05, 1.0),
-          "flops_half_hidden": (100.0, 50_000.0)}
+          "flops_half_hidden": (100.0, 50_000.0), "task_call_s": (1e-3, 30.0),
+          "driver_s_per_token": (1e-10, 1e-4), "rule_reward_s_per_sequence": (1e-7, 0.1)}
+#: where a constant starts when its default is 0 (a log-space fit cannot move a 0)
+FLOOR_START = {"task_call_s": 0.1, "driver_s_per_token": 1e-7, "rule_reward_s_per_sequence": 1e-4}
 #: the H200 kernel runs (JSON files under experiments/results/gpu-h200)
 KERNEL_RUNS = ("kernels.json", "kernels-qwen3-4b.json", "kernels-qwen3-8b-seq2048.json")
 KERNEL_DIR = Path(__file__).resolve().parent / "results" / "gpu-h200"
@@ -51,11 +63,11 @@ def _with(params: CostParams, values: Sequence[float]) -> CostParams:
     defaults = dict(params.defaults)
     defaults.update({k: v for k, v in values.items() if k in defaults})
     return replace(params, defaults=tuple(defaults.items()),
-                   flops_half_hidden=values["flops_half_hidden"])
+                   **{k: values[k] for k in FIELDS})
 
 
 def _start(params: CostParams) -> list[float]:
-    return [params.flops_half_hidden if k == "flops_half_hidden" else params.efficiency("", k)
+    return [(getattr(params, k) or FLOOR_START[k]) if k in FIELDS else params.efficiency("", k)
             for k in FITTED]
 
 
@@ -81,32 +93,69 @@ def kernel_log_ratios(params: CostParams, rows: list[dict]) -> np.ndarray:
         r["gpu"], r["kind"], r["hidden"])) / r["measured_s"]) for r in rows])
 
 
-def fit(params: CostParams = DEFAULT_PARAMS) -> tuple[CostParams, dict]:
-    """(fitted params, a report of the fit): least squares over the fit rows and kernel runs."""
-    ids = {i for rows in FITTED.values() for i in rows}
+#: the two phases of the fit: the kernel constants on the component rows and kernel runs, then,
+#: with those fixed, the framework costs on the fit step rows (each constant on the rows that
+#: measure it: an exotic GPU's step row does not move an efficiency fitted on datasheet GPUs)
+PHASES = (("train_flops", "infer_flops", "decode_hbm", "flops_half_hidden"),
+          ("task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence"))
+
+
+def _fit_phase(params: CostParams, names: tuple[str, ...], start_all: dict[str, float],
+               kernels: list[dict]) -> tuple[CostParams, Any]:
+    """Least squares in log space over ``names`` (the others held at ``params``' values)."""
+    ids = {i for k in names for i in FITTED[k]}
     rows = [r for r in load_rows() if r.id in ids]
-    kernels = kernel_rows()
-    start = np.log(_start(params))
-    lo, hi = np.log([BOUNDS[k][0] for k in FITTED]), np.log([BOUNDS[k][1] for k in FITTED])
+    use_kernels = "H200" in ids
+    start = np.log([start_all[k] for k in names])
+    lo, hi = np.log([BOUNDS[k][0] for k in names]), np.log([BOUNDS[k][1] for k in names])
+
+    def moved(logs: np.ndarray) -> CostParams:
+        values = dict(start_all)
+        values.update(zip(names, np.exp(logs), strict=True))
+        return _with(params, [values[k] for k in FITTED])
 
     def residuals(logs: np.ndarray) -> np.ndarray:
-        moved = _with(params, np.exp(logs))
-        df = validate(moved, rows)
-        primary = df[df["primary"].astype(bool) & (df["status"] == "estimated")]
-        return np.concatenate([np.log(primary["ratio"].to_numpy(dtype=float)),
-                               kernel_log_ratios(moved, kernels)])
+        cand = moved(logs)
+        df = validate(cand, rows)
+        # the component rows' primary comparisons, the fit step rows' every stage
+        used = df[(df["primary"].astype(bool) | df["id"].isin(STEP_ROWS))
+                  & (df["status"] == "estimated")]
+        parts = [np.log(used["ratio"].to_numpy(dtype=float))]
+        if use_kernels:
+            parts.append(kernel_log_ratios(cand, kernels))
+        return np.concatenate(parts)
 
     res = least_squares(residuals, start, bounds=(lo, hi), method="trf", diff_step=1e-3)
-    fitted = _with(params, np.exp(res.x))
-    report = {"fitted": {k: float(v) for k, v in zip(FITTED, np.exp(res.x), strict=True)},
-              "start": {k: float(v) for k, v in zip(FITTED, np.exp(start), strict=True)},
+    res.rms_before = float(np.sqrt(np.mean(residuals(start) ** 2)))
+    return moved(res.x), res
+
+
+def fit(params: CostParams = DEFAULT_PARAMS) -> tuple[CostParams, dict]:
+    """(fitted params, a report of the fit): least squares over the fit rows and kernel runs,
+    in :data:`PHASES`."""
+    kernels = kernel_rows()
+    start = dict(zip(FITTED, _start(params), strict=True))
+    values = dict(start)
+    fitted, phases = params, []
+    for names in PHASES:
+        fitted, res = _fit_phase(fitted, names, values, kernels)
+        values.update(zip(names, np.exp(res.x), strict=True))
+        phases.append({"constants": list(names), "rms_log_before": res.rms_before,
+                       "rms_log_after": float(np.sqrt(np.mean(res.fun ** 2))),
+                       "converged": bool(res.success),
+                       "at_bound": [k for k, x in zip(names, res.x, strict=True)
+                                    if np.isclose(x, np.log(BOUNDS[k][0]), atol=1e-6)
+                                    or np.isclose(x, np.log(BOUNDS[k][1]), atol=1e-6)]})
+    report = {"fitted": {k: float(values[k]) for k in FITTED},
+              "start": {k: float(start[k]) for k in FITTED},
               "rows": {k: list(v) for k, v in FITTED.items()},
               "kernel_rows": {r["id"]: {"before": float(b), "after": float(a)} for r, b, a in
                               zip(kernels, kernel_log_ratios(params, kernels),
                                   kernel_log_ratios(fitted, kernels), strict=True)},
-              "rms_log_before": float(np.sqrt(np.mean(residuals(start) ** 2))),
-              "rms_log_after": float(np.sqrt(np.mean(res.fun ** 2))),
-              "converged": bool(res.success)}
+              "phases": phases,
+              "rms_log_before": phases[0]["rms_log_before"],
+              "rms_log_after": phases[0]["rms_log_after"],
+              "converged": all(p["converged"] for p in phases)}
     return fitted, report
 
 
@@ -126,19 +175,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         tmp = args.out.with_suffix(args.out.suffix + ".tmp")
         values = dict(report["fitted"])
-        half = values.pop("flops_half_hidden")
-        tmp.write_text(yaml.safe_dump({"defaults": values, "flops_half_hidden": half},
-                                      sort_keys=False))
+        fields = {k: values.pop(k) for k in FIELDS}
+        tmp.write_text(yaml.safe_dump({"defaults": values, **fields}, sort_keys=False))
         tmp.replace(args.out)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     for k, v in report["fitted"].items():
-        print(f"{k:17s} {report['start'][k]:.3f} -> {v:.3f}   (rows {', '.join(FITTED[k])})")
+        print(f"{k:26s} {report['start'][k]:.4g} -> {v:.4g}   (rows {', '.join(FITTED[k])})")
     for name, r in report["kernel_rows"].items():
         print(f"  {name:40s} ln(est/meas) {r['before']:+.3f} -> {r['after']:+.3f}")
-    print(f"rms ln(est/meas) on the fitted rows: {report['rms_log_before']:.3f} -> "
-          f"{report['rms_log_after']:.3f}")
+    for phase in report["phases"]:
+        bound = f"; at a bound: {', '.join(phase['at_bound'])}" if phase["at_bound"] else ""
+        print(f"rms ln(est/meas), {', '.join(phase['constants'])}: "
+              f"{phase['rms_log_before']:.3f} -> {phase['rms_log_after']:.3f}{bound}")
     for split in ("fit", "holdout"):
         b, a = before["median_abs_log_ratio"][split], after["median_abs_log_ratio"][split]
         wb, wa = before["within_band_share"][split], after["within_band_share"][split]

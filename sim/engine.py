@@ -32,6 +32,7 @@ import numpy as np
 import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
+from hetrl.cost.framework import task_framework_seconds
 from hetrl.cost.fsdp import offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -164,6 +165,11 @@ class Simulation:
             yield simpy.AllOf(self.env, procs)
         else:
             yield from self.forward_task(p, kind, batch)
+        framework_s = task_framework_seconds(
+            kind, len(batch.response), float(batch.prompt.sum() + batch.response.sum()),
+            self.workload.reward == "rule", self.params)
+        if framework_s > 0:  # the controller's per-call work (hetrl.cost.framework)
+            yield self.env.timeout(framework_s)
         for d, r in zip(devices, requests, strict=True):
             self.streams[d].release(r)
         self.span(task, "task", task, batch.iteration, start, devices)

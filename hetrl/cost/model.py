@@ -23,6 +23,7 @@ import numpy as np
 
 from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
+from hetrl.cost.framework import task_framework_seconds
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memo import MODEL_FACTS, OwnTables, SharedTables
 from hetrl.cost.model_forward import ForwardTerms
@@ -67,6 +68,8 @@ class _Facts:
     symmetry: Any
     #: per task kind its micro-batches: a sequence count (padding removed), or a Batching
     batching: dict[str, Any]
+    #: per task kind its per-call framework seconds (hetrl.cost.framework)
+    framework: dict[str, float]
     tables: SharedTables
 
 
@@ -101,12 +104,14 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 symmetry=node_symmetry(cluster),
                 batching={kind: micro_batching(workload, kind)
                           for kind in ("inference", "training")},
+                framework=_framework(workload, params),
                 # an entry of the device tables holds at most ~16 arrays over the devices
                 tables=SharedTables(max(1000, 100_000_000 // (128 * cluster.num_devices)))))
         # the shared facts and tables under the names the terms use (see _Facts, SharedTables)
         tables = facts.tables
         self.L: LengthStats = facts.lengths
         self._batching: dict[str, int | Batching] = facts.batching
+        self._framework: dict[str, float] = facts.framework
         self._mem_bytes = facts.mem_bytes
         self._info = facts.info
         self._stages = facts.stages
@@ -309,6 +314,14 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             memory=memory, task_violations=task_violations,
             generation_phases=gen_result.phases,
         )
+
+
+def _framework(workload: WorkloadSpec, params: CostParams) -> dict[str, float]:
+    """Per task kind the framework seconds of one call over the iteration's batch."""
+    L = length_stats(workload)
+    return {kind: task_framework_seconds(kind, workload.samples, workload.samples * L.seq_mean,
+                                         workload.reward == "rule", params)
+            for kind in ("generation", "inference", "training")}
 
 
 @lru_cache(maxsize=32)

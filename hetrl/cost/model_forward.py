@@ -96,7 +96,9 @@ class ForwardTerms:
             parts["dp"] += dp_s * steps
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps
-        return TaskResult(seconds, parts, ())
+        fw = self._framework[kind]
+        parts["framework"] = fw
+        return TaskResult(seconds + fw, parts, ())
 
     def _slowest_micro_batches(self, p: TaskPlacement, kind: str, steps: int) -> int:
         """Micro-batches per optimizer step of ``p``'s largest-share replica at its straggler

@@ -60,7 +60,10 @@ class GenerationTerms:
             if rc.violations:
                 violations += [f"actor_generation replica {replica[0][0]}..: {v}"
                                for v in rc.violations]
-        out = TaskResult(worst.seconds, dict(worst.parts), tuple(violations), worst.concurrency,
+        parts = dict(worst.parts)
+        fw = self._framework["generation"]
+        parts["framework"] = fw
+        out = TaskResult(worst.seconds + fw, parts, tuple(violations), worst.concurrency,
                          worst.phases)
         self._tasks[key] = out
         return out

@@ -76,6 +76,13 @@ class CostParams:
     # Bytes per weight-sync call when the trainer buckets tensors; 0: one call per tensor (verl's
     # and NeMo-RL's NCCL broadcast).
     sync_bucket_bytes: float = 0.0
+    # Per-step framework costs (hetrl.cost.framework): a fixed cost per task call, the driver's
+    # data movement per token of the batch per call, and CPU scoring per sequence of a rule
+    # reward. Fitted on the public set's fit step rows (experiments/fit_public.py,
+    # docs/validation.md).
+    task_call_s: float = 0.0
+    driver_s_per_token: float = 0.0
+    rule_reward_s_per_sequence: float = 0.0
     prefill_chunk_tokens: int = 8192  # vLLM max_num_batched_tokens: one prefill chunk
     usable_memory_fraction: float = 0.92  # rest: CUDA context, allocator fragmentation
     grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
@@ -111,14 +118,16 @@ class CostParams:
                     "activation_bytes_per_token_hidden", "host_link_GBps",
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
-                    "launch_overhead_s_per_layer"):
+                    "launch_overhead_s_per_layer", "task_call_s", "driver_s_per_token",
+                    "rule_reward_s_per_sequence"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
                     "optimizer_step_hbm_bytes"):
             require(is_int(getattr(self, key)), f"params.{key}", getattr(self, key),
                     "must be an integer")
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer"):
+                    "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer",
+                    "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.flops_reference_hidden >= 1, "params.flops_reference_hidden",
                 self.flops_reference_hidden, "must be >= 1 (a hidden size)")

@@ -25,7 +25,9 @@ from hetrl.cost.primitives import (
 from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.rollout import decode_step_overhead_s
 
-PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload")
+#: ``framework``: the per-call framework costs of hetrl.cost.framework (task level)
+PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload",
+         "framework")
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ class _GenerationEngine:
         else:
             pre_launch = 0.0
         parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
-                 "data": 0.0, "overhead": overhead, "offload": 0.0}
+                 "data": 0.0, "overhead": overhead, "offload": 0.0, "framework": 0.0}
         seconds = compute + hbm + tp + pp + overhead
         prefill = pre_c + pre_h + pre_tp + pre_pp + pre_launch
         return ReplicaCost(seconds, parts, B, violations,
@@ -403,4 +405,4 @@ class _ForwardEngine:
             total += overhead
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": overhead,
-                                   "offload": 0.0})
+                                   "offload": 0.0, "framework": 0.0})
