@@ -247,7 +247,7 @@ class Simulation:
         if p.backend == "fsdp":
             yield from self.fsdp_task(p, kind, bounds, lengths, steps, batch.iteration)
             return
-        batching = micro_batching(wl, kind)
+        batching = micro_batching(wl, kind, p.task)
         for step in range(steps):
             # this optimizer step's slice of each replica's samples, in micro-batches
             micro = batches.split_replicas(
@@ -282,7 +282,7 @@ class Simulation:
             for event in last_backward or ():
                 event.succeed()
             return
-        tok, sq = batches.costed(micro, lengths, micro_batching(self.workload, kind))
+        tok, sq = batches.costed(micro, lengths, micro_batching(self.workload, kind, p.task))
         act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         grad = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         train = kind == "training"
@@ -346,7 +346,7 @@ class Simulation:
         offload, after the last step, the shards' host round trip (once per call, as verl)."""
         wl = self.workload
         train = kind == "training"
-        batching = micro_batching(wl, kind)
+        batching = micro_batching(wl, kind, p.task)
         shape = self.model.shapes(p.task, p)[0]
         value = wl.bytes_per_value
         ring_bytes = shape.params * (2 * value + self.params.grad_bytes if train else value)

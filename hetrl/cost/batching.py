@@ -75,14 +75,23 @@ class Batching:
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
-def micro_batching(workload: WorkloadSpec, kind: str) -> int | Batching:
-    """The micro-batching of ``kind`` ("inference" or "training"): its sequence count when it
-    splits by count with padding removed (the cost model's formulas as they were), else a
-    :class:`Batching`."""
+def micro_batching(workload: WorkloadSpec, kind: str, task: str | None = None) -> int | Batching:
+    """The micro-batching of ``kind`` ("inference" or "training"), or of ``task`` where the
+    workload's ``task_batching`` sets it apart: its sequence count when it splits by count with
+    padding removed (the cost model's formulas as they were), else a :class:`Batching`."""
     training = kind == "training"
     sequences = workload.micro_batch_size if training else workload.inference_micro_batch_size
     tokens = workload.micro_batch_tokens if training else workload.inference_micro_batch_tokens
-    padding = "none" if workload.remove_padding else workload.pad_to
+    remove, pad_to = workload.remove_padding, workload.pad_to
+    own = workload.task_batching_of(task) if task is not None else None
+    if own is not None:
+        if own.micro_batch_tokens is not None:
+            tokens = own.micro_batch_tokens
+        elif own.micro_batch_size is not None:  # a count of its own replaces a token budget
+            sequences, tokens = own.micro_batch_size, None
+        remove = own.remove_padding if own.remove_padding is not None else remove
+        pad_to = own.pad_to if own.pad_to is not None else pad_to
+    padding = "none" if remove else pad_to
     if tokens is None and padding == "none":
         return sequences
     return Batching(sequences, tokens, padding, workload.prompt_length, workload.response_length,

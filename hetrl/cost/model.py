@@ -66,7 +66,8 @@ class _Facts:
     gpus: tuple[tuple[str, float], ...]
     #: (node of each device, each node's devices) where the nodes are symmetric, else None
     symmetry: Any
-    #: per task kind its micro-batches: a sequence count (padding removed), or a Batching
+    #: per inference or training task its micro-batches: a sequence count (padding removed),
+    #: or a Batching
     batching: dict[str, Any]
     #: per task kind its per-call framework seconds (hetrl.cost.framework)
     framework: dict[str, float]
@@ -102,8 +103,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 stages=[[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)],
                 gpus=tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices),
                 symmetry=node_symmetry(cluster),
-                batching={kind: micro_batching(workload, kind)
-                          for kind in ("inference", "training")},
+                batching={t.name: micro_batching(workload, t.kind, t.name)
+                          for t in workload.tasks if t.kind != "generation"},
                 framework=_framework(workload, params),
                 # an entry of the device tables holds at most ~16 arrays over the devices
                 tables=SharedTables(max(1000, 100_000_000 // (128 * cluster.num_devices)))))
@@ -190,9 +191,12 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         out = self._tasklevel[grid_key] = tuple(hws)
         return out
 
-    def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW) -> Any:
-        """The replica-cost engine of a task kind for one layout on one replica's hardware."""
-        key = (kind, id(shapes), id(hw))
+    def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
+                task: str = "actor_generation") -> Any:
+        """The replica-cost engine of ``task`` (of ``kind``) for one layout on one replica's
+        hardware; tasks of one kind and equal micro-batching share it."""
+        batching = self._batching.get(task)
+        key = (kind, id(shapes), id(hw), batching)
         out = self._engines.get(key)
         if out is None or out[0] is not shapes or out[1] is not hw:  # (a copy's ids differ)
             wl = self.workload
@@ -200,7 +204,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 engine = generation_engine(shapes, hw, self.L, self.params, wl.gen_cuda_graphs)
             else:
                 engine = forward_engine(kind, shapes, hw, self.L, self.params,
-                                        self._batching[kind], wl.recompute, wl.tp_comm_overlap)
+                                        batching, wl.recompute, wl.tp_comm_overlap)
             out = self._engines.put(key, (shapes, hw, engine))
         return out[2]
 
@@ -222,7 +226,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         usable = self.params.usable_memory_fraction
         out = []
         for hw in self.replica_hws(p):
-            engine = self._engine(kind, shapes, hw)
+            engine = self._engine(kind, shapes, hw, p.task)
             key = (engine, n)  # the engine holds the layout and hardware (and so the budget)
             rc = self._replica.get(key)
             if rc is None:

@@ -38,7 +38,7 @@ class ForwardTerms:
             # of equal shapes on one layout (e.g. reward and critic inference of one model)
             # (shapes are interned and never dropped (``self._shapes``), so their id is theirs)
             compute_key = ("compute", kind, id(self.shapes(p.task, p)), p.devices, p.data_shares,
-                           p.backend, p.offload)
+                           p.backend, p.offload, self._batching[p.task])
             out = self._tasks.get(compute_key)
             if out is None:
                 out = self._tasks[compute_key] = self._forward_task_compute(p)
@@ -63,7 +63,7 @@ class ForwardTerms:
             # replicas on like hardware with equal shares are priced once (the engine holds the
             # layout and hardware); each as the slowest of the dp replicas would be
             n = samples * share / steps
-            key = (engine_of(kind, shapes, hw), n, p.dp)
+            key = (engine_of(kind, shapes, hw, p.task), n, p.dp)
             rc = priced.get(key)
             if rc is None:
                 rc = priced[key] = key[0].replica(n, straggler_load(n, p.dp, self.L, group))
@@ -105,7 +105,7 @@ class ForwardTerms:
         load (what FSDP's lockstep and Megatron's overlapped DP sync are timed against)."""
         n = self.workload.samples * max(p.data_shares) / steps
         load = straggler_load(n, p.dp, self.L, self.workload.responses_per_prompt)
-        return micro_count(n, self._batching[kind], self.L.seq_mean, load)[0]
+        return micro_count(n, self._batching[p.task], self.L.seq_mean, load)[0]
 
     def _dp_and_optimizer(self, p: TaskPlacement, shapes: tuple[StageShape, ...]) -> tuple[float, float]:
         """Gradient reduce-scatter + parameter all-gather over each DP group (ZeRO-1) and the

@@ -103,7 +103,7 @@ class MemoryTerms:
         wl = self.workload
         kind = self._info[p.task][0]
         shapes = self.shapes(p.task, p)
-        mbs = self._batching.get(kind, 0)
+        mbs = self._batching.get(p.task, 0)
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
         # per replica the inputs its bytes depend on: none (generation), the micro-batch's
         # sequences (inference), and for training also the micro-batches in flight (at most pp)
@@ -119,7 +119,7 @@ class MemoryTerms:
             keys = tuple([(min(float(mbs), max(n, 1.0)), min(p.pp, max(1, math.ceil(n / mbs))))
                           for n in [n_total * share for share in p.data_shares]])
         # (shapes are interned and never dropped, so their id is theirs)
-        key = (kind, id(shapes), p.dp, p.tp, keys, p.backend, p.offload)
+        key = (kind, id(shapes), p.dp, p.tp, keys, p.backend, p.offload, mbs)
         slots = self._slot_rows.get(key)
         if slots is None:
             slots = self._slot_bytes(p, kind, shapes, keys, mbs, n_total)

@@ -258,7 +258,7 @@ class Arm:
             if backend == "fsdp":  # sharded states and one micro-batch's working set
                 whole = stage_shapes(shape, (shape.layers,), 1, info.role in LM_HEAD_ROLES,
                                      wl.bytes_per_value)[0]
-                mbs = micro_batching(wl, info.kind)
+                mbs = micro_batching(wl, info.kind, task)
                 _, states, working = fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp,
                                                        mbs, self.model.L, prm, wl.recompute,
                                                        offload)

@@ -12,6 +12,7 @@ from hetrl.errors import SpecError, integer, is_int, is_number, one_of, positive
 from hetrl.limits import MAX_BATCH_PROMPTS, MAX_BATCH_TOKENS, MAX_RESPONSES_PER_PROMPT, MAX_SAMPLES
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape, resolve_model
+from hetrl.spec.task_batching import TaskBatching, parse_task_batching
 from hetrl.spec.tasks import ALGORITHMS, KL_MODES, REWARDS, TaskInfo, roles_for, tasks_for
 
 MODES = ("sync", "async")
@@ -49,6 +50,9 @@ class WorkloadSpec:
     ``kl`` says where the KL to the reference enters (hetrl.spec.tasks.KL_MODES): "loss" (the
     default) or "reward" price a reference model and its forward (``reference_inference``);
     "none" (DAPO, GPG) has neither.
+    ``task_batching``: (task, :class:`~hetrl.spec.task_batching.TaskBatching`) pairs that
+    override the micro-batching and padding above for one task each (verl sets every role's
+    micro-batch and ``use_remove_padding`` apart).
     ``recompute_logprobs`` adds the actor's forward pass that recomputes the rollouts' old
     log-probs (task ``actor_inference``, placed in actor_training's group), as verl, NeMo-RL and
     OpenRLHF run it. Workload files default it to true; this constructor and the paper's presets
@@ -94,6 +98,7 @@ class WorkloadSpec:
     overlap_grad_reduce: bool = False
     tp_comm_overlap: bool = False
     kl: str = "loss"
+    task_batching: tuple[tuple[str, TaskBatching], ...] = ()
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -171,6 +176,7 @@ class WorkloadSpec:
         require(self.pad_to in PAD_TO, "pad_to", self.pad_to, f"must be one of {list(PAD_TO)}")
         require(self.pad_to != "max" or not self.remove_padding, "pad_to", self.pad_to,
                 "pads only with remove_padding: false")
+        self._check_task_batching(longest)
         require(self.optimizer_steps <= self.samples, "optimizer_steps", self.optimizer_steps,
                 f"must be <= samples per iteration ({self.samples})")
         require(self.precision in PRECISIONS, "precision", self.precision,
@@ -183,6 +189,35 @@ class WorkloadSpec:
         if self.schema_version == 1:
             require(not self.recompute_logprobs, "recompute_logprobs", self.recompute_logprobs,
                     "needs schema_version 2 (version 1 has no actor_inference task)")
+
+    def _check_task_batching(self, longest: int) -> None:
+        require(isinstance(self.task_batching, tuple) and all(
+            isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], TaskBatching)
+            for x in self.task_batching), "task_batching", self.task_batching,
+            "must be (task, TaskBatching) pairs")
+        names = self.task_names
+        seen = [t for t, _ in self.task_batching]
+        require(len(set(seen)) == len(seen), "task_batching", seen, "each task at most once")
+        for task, b in self.task_batching:
+            require(task in names and self.task(task).kind != "generation",
+                    f"task_batching.{task}", task,
+                    f"is not an inference or training task of this workload: {list(names)}")
+            require(b.micro_batch_tokens is None or b.micro_batch_tokens >= longest,
+                    f"task_batching.{task}.micro_batch_tokens", b.micro_batch_tokens,
+                    f"must be >= the longest sequence, {longest} tokens")
+            pad_to = b.pad_to if b.pad_to is not None else self.pad_to
+            remove = b.remove_padding if b.remove_padding is not None else self.remove_padding
+            require(pad_to in PAD_TO, f"task_batching.{task}.pad_to", pad_to,
+                    f"must be one of {list(PAD_TO)}")
+            require(pad_to != "max" or not remove, f"task_batching.{task}.pad_to", pad_to,
+                    "pads only with remove_padding: false")
+
+    def task_batching_of(self, task: str) -> TaskBatching | None:
+        """``task``'s own micro-batching, or None where it follows the workload's."""
+        for t, b in self.task_batching:
+            if t == task:
+                return b
+        return None
 
     # --- derived ---
     @property
@@ -252,6 +287,8 @@ class WorkloadSpec:
             "recompute": self.recompute,
             "reward": self.reward,
             "kl": self.kl,
+            **({"task_batching": {t: b.to_dict() for t, b in self.task_batching}}
+               if self.task_batching else {}),
             "recompute_logprobs": self.recompute_logprobs,
             "backends": list(self.backends),
             "gen_cuda_graphs": self.gen_cuda_graphs,
@@ -307,6 +344,11 @@ class WorkloadSpec:
             "schema_version", SCHEMA_VERSION) != 1 else ["megatron"])
         require(isinstance(raw, list | tuple), "backends", raw, "must be a list, e.g. [megatron, fsdp]")
         values["backends"] = tuple(raw)
+        if "task_batching" in values:
+            values["task_batching"] = parse_task_batching(
+                values["task_batching"],
+                tuple(t.name for t in tasks_for(algorithm, reward,
+                                                values["recompute_logprobs"] is True, kl)))
         values["prompt_length"] = LengthDist.from_dict(data["prompt_length"], "prompt_length")
         values["response_length"] = LengthDist.from_dict(data["response_length"], "response_length")
         return cls(**values)
