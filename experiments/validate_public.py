@@ -22,6 +22,11 @@ out.
     python experiments/validate_public.py            # table; writes the CSV and the figure
     python experiments/validate_public.py --json     # {"rows": [...], "median_abs_log_ratio": ...}
 
+Each record says whether its plan is ``colocated`` (:func:`hetrl.cost.band.is_colocated`: sync,
+generation on actor_training's GPUs). The holdout step rows' primary comparisons are also
+written to ``hetrl/data/validation_residuals.csv``, the residuals ``hetrl estimate`` takes its
+band from (:mod:`hetrl.cost.band`).
+
 ``validate(params)`` returns the comparisons as a DataFrame, so a fit can pass other
 ``CostParams``; nothing here changes a constant.
 """
@@ -43,6 +48,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from hetrl.cost.band import Residual, is_colocated, residuals_csv
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel, Estimate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -58,6 +64,8 @@ ROWS_DIR = ROOT / "experiments" / "public"
 GPUS_FILE = ROWS_DIR / "gpus.yaml"
 CSV_PATH = ROOT / "experiments" / "results" / "public.csv"
 FIGURE_PATH = ROOT / "figures" / "public.png"
+#: The residuals shipped with hetrl (hetrl.cost.band): holdout step rows, primary comparisons.
+RESIDUALS_PATH = ROOT / "hetrl" / "data" / "validation_residuals.csv"
 
 KINDS = ("step", "gen", "fwd", "train", "sync")
 SPLITS = ("fit", "holdout")
@@ -336,8 +344,9 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 # --- the validation --------------------------------------------------------------------------
 
-COLUMNS = ["id", "kind", "split", "primary", "quantity", "estimate_s", "measured_s", "ratio",
-           "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key", "reason"]
+COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
+           "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
+           "reason"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
@@ -358,6 +367,7 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
         plan = build_plan(row, workload, cluster, measured)
         _check_exclusions(row, plan, workload)
         est = CostModel(workload, cluster, params).estimate(plan)
+        colocated = is_colocated(plan, workload)
         gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})
         records = []
         for i, comp in enumerate(row.compare):
@@ -368,7 +378,8 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
                                f"{estimate!r} s (not positive)")
             ratio = estimate / meas
             records.append(_record(
-                row, primary=i == 0, quantity=str(comp.get("label", comp["quantity"])),
+                row, primary=i == 0, colocated=colocated,
+                quantity=str(comp.get("label", comp["quantity"])),
                 estimate_s=estimate, measured_s=meas, ratio=ratio,
                 abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= BAND,
                 status="estimated", feasible=bool(est.feasible), gpu="+".join(gpus),
@@ -401,7 +412,9 @@ def validate(params: CostParams = DEFAULT_PARAMS, rows: Sequence[Row] | None = N
 
 def summary(df: pd.DataFrame) -> dict[str, Any]:
     """Median |ln(estimate / measured)| per split, the share within the band, counts -- over
-    each row's primary comparison (stage breakdowns are reported, not pooled)."""
+    each row's primary comparison (stage breakdowns are reported, not pooled); and the median
+    ratio of the holdout step rows per class (``colocated``, ``disaggregated``: the issue's "no
+    side" target is both near 1) with their counts."""
     primary = df[df["primary"].astype(bool)]
     ok = primary[primary["status"] == "estimated"]
     out: dict[str, Any] = {"median_abs_log_ratio": {}, "within_band_share": {},
@@ -417,7 +430,29 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["skipped"][split] = int(((primary["split"] == split)
                                      & (primary["status"] == "skipped")).sum())
     out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
+    steps = ok[(ok["split"] == "holdout") & (ok["kind"] == "step")]
+    out["median_ratio_step_holdout"], out["step_holdout_rows"] = {}, {}
+    for cls, flag in (("colocated", True), ("disaggregated", False)):
+        part = steps[steps["colocated"].astype(bool) == flag]
+        out["median_ratio_step_holdout"][cls] = float(part["ratio"].median()) if len(part) else None
+        out["step_holdout_rows"][cls] = int(len(part))
     return out
+
+
+def residuals(df: pd.DataFrame) -> list[Residual]:
+    """The residuals of :mod:`hetrl.cost.band`: the primary comparison of every estimated
+    holdout step row (infeasible ones too, marked ``feasible`` false; skipped rows and fit rows
+    never)."""
+    ok = df[df["primary"].astype(bool) & (df["status"] == "estimated")
+            & (df["split"] == "holdout") & (df["kind"] == "step")]
+    return [Residual(id=r["id"], split=r["split"], kind=r["kind"], colocated=bool(r["colocated"]),
+                     feasible=bool(r["feasible"]), gpus=tuple(str(r["gpu"]).split("+")),
+                     ratio=float(r["ratio"]), source_key=r["source_key"])
+            for _, r in ok.iterrows()]
+
+
+def write_residuals(df: pd.DataFrame, path: Path) -> None:
+    write_text_atomic(path, residuals_csv(residuals(df)))
 
 
 def _clean(value: Any) -> Any:
@@ -481,6 +516,12 @@ def table(df: pd.DataFrame) -> str:
             f"{_fmt(s['within_band_share'][split], '.0%')}")
     lines.append(f"all estimated rows within +-{BAND:.0%}: "
                  f"{_fmt(s['within_band_share']['all'], '.0%')} (primary comparisons only)")
+    per_class = []
+    for cls in ("colocated", "disaggregated"):
+        n = s["step_holdout_rows"][cls]
+        per_class.append(f"{cls} {_fmt(s['median_ratio_step_holdout'][cls], '.3f')} "
+                         f"({n} row{'' if n == 1 else 's'})")
+    lines.append("holdout step rows, median est/meas: " + ", ".join(per_class))
     lines.append("skipped rows:")
     for _, r in df[df["status"] == "skipped"].iterrows():
         lines.append(f"  {r['id']}: {r['reason']}")
@@ -565,7 +606,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated row ids (default: every row)")
     ap.add_argument("--csv", type=Path, default=CSV_PATH, help=f"default {CSV_PATH}")
     ap.add_argument("--figure", type=Path, default=FIGURE_PATH, help=f"default {FIGURE_PATH}")
-    ap.add_argument("--no-write", action="store_true", help="write neither the CSV nor the figure")
+    ap.add_argument("--residuals", type=Path, default=None,
+                    help=f"the band's residuals (default {RESIDUALS_PATH}, written only when "
+                         "every row is run: a partial table would replace the shipped one)")
+    ap.add_argument("--no-write", action="store_true",
+                    help="write neither the CSV, the figure nor the residuals")
     args = ap.parse_args(argv)
     rows = load_rows()
     if args.only:
@@ -579,6 +624,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_write:
         write_csv(df, args.csv)
         plot(df, args.figure)
+        if args.residuals is not None or not args.only:
+            write_residuals(df, args.residuals or RESIDUALS_PATH)
     if args.json:
         print(json.dumps(to_json(df), indent=2))
     elif args.markdown:

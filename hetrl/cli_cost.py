@@ -58,12 +58,14 @@ def load_params(path: str | None, cluster=None):
 EXIT_INFEASIBLE = 3
 
 
-def estimate_record(est, money=None) -> dict:
+def estimate_record(est, money=None, band=None) -> dict:
     """``est.to_dict()`` as ``hetrl estimate --json`` prints it: for a plan that does not fit,
     ``iteration_s`` and the throughputs are null, and the times computed with memory ignored
     move to ``iteration_s_ignoring_memory`` and ``throughput_*_ignoring_memory``. With
     ``money`` (:class:`hetrl.cost.money.Money`) its dollars and bytes too, for every plan (an
-    infeasible one's at the time computed with memory ignored)."""
+    infeasible one's at the time computed with memory ignored). ``iteration_s_band``: [low,
+    high] seconds of ``band`` (:class:`hetrl.cost.band.Band`) and ``band_source`` the rows it
+    comes from; both null without a band or for a plan that does not fit."""
     data = est.to_dict()
     if money is not None:
         data.update(money.to_dict())
@@ -71,7 +73,20 @@ def estimate_record(est, money=None) -> dict:
         for key in ("iteration_s", "throughput_samples_per_s", "throughput_tokens_per_s"):
             data[f"{key}_ignoring_memory"] = data[key]
             data[key] = None
+    ok = band is not None and est.feasible
+    data["iteration_s_band"] = [band.low_s, band.high_s] if ok else None
+    data["band_source"] = band.source() if ok else None
     return data
+
+
+def _seconds(x: float) -> str:
+    """A band end: three significant digits below 100 s, whole seconds above."""
+    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+
+def band_text(band) -> str:
+    """``280-431 s, 80% band from 9 published co-located steps``."""
+    return f"{_seconds(band.low_s)}-{_seconds(band.high_s)} s, {band.description}"
 
 
 def money_line(m) -> str:
@@ -89,11 +104,15 @@ def money_line(m) -> str:
             f"GPU-hours, egress ${m.egress_dollars:,.2f}; {who}; {bytes_}")
 
 
-def _format(est, workload, cluster, money=None) -> str:
+def _format(est, workload, cluster, money=None, band=None) -> str:
     if est.feasible:
+        within = f"({band_text(band)}) " if band is not None else ""
         lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
-                 f"({est.throughput_samples_per_s:.2f} samples/s, "
+                 f"{within}({est.throughput_samples_per_s:.2f} samples/s, "
                  f"{est.throughput_tokens_per_s:,.0f} tokens/s)"]
+        if band is not None and band.unvalidated:
+            lines.append(f"  band: no published steps on {', '.join(band.unvalidated)}; the "
+                         "band is from other GPUs' steps")
     else:
         first = est.violations[0] if est.violations else "does not fit"
         lines = [f"INFEASIBLE: {workload.name} on {cluster.name}: {first}",
@@ -135,12 +154,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if args.tp != 1 or args.pp != 1 or args.dp is not None:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan(args.plan, workload, cluster)
+    from hetrl.cost.band import estimate_band
     from hetrl.cost.money import money
 
     model = CostModel(workload, cluster, params)
     est = model.estimate(plan)
     m = money(model, plan, est.iteration_s, args.charge_used_only)
-    emit(args, estimate_record(est, m), _format(est, workload, cluster, m))
+    band = estimate_band(est.iteration_s, plan, workload, cluster) if est.feasible else None
+    emit(args, estimate_record(est, m, band), _format(est, workload, cluster, m, band))
     return 0 if est.feasible else EXIT_INFEASIBLE
 
 

@@ -107,6 +107,46 @@ def test_json_output_has_the_documented_keys(capsys, tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
+def test_every_estimated_record_says_whether_its_plan_is_colocated(quick):
+    est = quick[quick["status"] == "estimated"]
+    assert all(isinstance(v, bool) for v in est["colocated"])
+    by_id = {r["id"]: r["colocated"] for _, r in est[est["primary"]].iterrows()}
+    # S1: DeepSpeed-Chat's hybrid engine; a component row's generation is on its own GPUs
+    assert by_id["S1"] is True and by_id["G1"] is False and by_id["W1"] is False
+    out = vp.to_json(quick)
+    assert all("colocated" in r for r in out["rows"])
+
+
+def test_summary_gives_the_median_step_ratio_per_class(quick):
+    s = vp.summary(quick)
+    s1 = quick[(quick["id"] == "S1") & quick["primary"]]["ratio"].iloc[0]
+    # S1 is the only holdout step row of the quick set
+    assert s["median_ratio_step_holdout"] == {"colocated": pytest.approx(s1),
+                                              "disaggregated": None}
+    assert s["step_holdout_rows"] == {"colocated": 1, "disaggregated": 0}
+    assert "holdout step rows, median est/meas: colocated" in vp.table(quick)
+
+
+def test_residuals_are_the_holdout_step_rows_primary_comparisons(capsys, tmp_path):
+    from hetrl.cost.band import parse_residuals
+
+    shipped = vp.RESIDUALS_PATH.read_bytes()
+    common = ["--csv", str(tmp_path / "p.csv"), "--figure", str(tmp_path / "p.png")]
+    # --only without --residuals leaves the shipped table alone (a partial one would replace it)
+    assert vp.main(["--json", "--only", "S1,G1", *common]) == 0
+    assert vp.RESIDUALS_PATH.read_bytes() == shipped
+    out = json.loads(capsys.readouterr().out)
+    assert {r["id"]: r["colocated"] for r in out["rows"]} == {"S1": True, "G1": False}
+    assert vp.main(["--json", "--only", "S1,G1,S11", *common,
+                    "--residuals", str(tmp_path / "r.csv")]) == 0
+    capsys.readouterr()
+    (r,) = parse_residuals((tmp_path / "r.csv").read_text())  # not G1 (fit), not S11 (skipped)
+    assert (r.id, r.split, r.kind, r.colocated, r.gpus) == ("S1", "holdout", "step", True,
+                                                           ("A100-40GB",))
+    ratio = next(x["ratio"] for x in out["rows"] if x["id"] == "S1")
+    assert r.ratio == pytest.approx(ratio, rel=1e-5)
+
+
 def test_step_rows_report_each_stage_under_the_primary_comparison(rows):
     s12 = next(r for r in rows if r.id == "S12")
     labels = [c["label"] for c in s12.compare]
