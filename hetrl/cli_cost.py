@@ -154,14 +154,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if args.tp != 1 or args.pp != 1 or args.dp is not None:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan(args.plan, workload, cluster)
-    from hetrl.cost.band import estimate_band
+    from hetrl.cost.band import estimate_band, is_colocated
+    from hetrl.cost.log_stages import verl_stages
     from hetrl.cost.money import money
 
     model = CostModel(workload, cluster, params)
     est = model.estimate(plan)
     m = money(model, plan, est.iteration_s, args.charge_used_only)
     band = estimate_band(est.iteration_s, plan, workload, cluster) if est.feasible else None
-    emit(args, estimate_record(est, m, band), _format(est, workload, cluster, m, band))
+    record = estimate_record(est, m, band)
+    record["verl_stages"] = verl_stages(est.tasks, workload.task_names, est.iteration_s,
+                                        is_colocated(plan, workload))
+    emit(args, record, _format(est, workload, cluster, m, band))
     return 0 if est.feasible else EXIT_INFEASIBLE
 
 

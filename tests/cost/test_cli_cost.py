@@ -50,6 +50,29 @@ def test_estimate_colocated_json(capsys):
     assert d["throughput_samples_per_s"] == pytest.approx(3072 / est.iteration_s, rel=1e-12)
 
 
+def test_estimate_json_speaks_verls_stage_names(capsys):
+    """``verl_stages``: each task under the ``timing_s/<stage>`` name verl logs, the weight
+    sync inside ``gen`` for a co-located sync plan (verl loads the weights as the engine
+    wakes), its own line otherwise; only the workload's tasks."""
+    d = run_json(capsys, *BASE, "--colocate", "--tp", "4")
+    stages, tasks = d["verl_stages"], d["tasks"]
+    assert set(stages) == {"gen", "reward", "ref", "values", "update_actor", "update_critic",
+                           "step"}
+    assert stages["gen"] == pytest.approx(tasks["actor_generation"] + tasks["weight_sync"])
+    assert stages["update_critic"] == tasks["critic_training"]
+    assert stages["step"] == d["iteration_s"]
+    wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
+    rest = [t for t in wl.task_names if t != "actor_generation"]
+    from hetrl.cost.log_stages import verl_stages
+
+    apart = verl_stages({"actor_generation": 5.0, "weight_sync": 1.0, "actor_training": 3.0},
+                        ("actor_generation", "actor_training"), 9.0, False)
+    assert apart == {"gen": 5.0, "update_actor": 3.0, "weight_sync": 1.0, "step": 9.0}
+    assert rest  # (a GRPO workload has no critic: no values or update_critic)
+    assert "values" not in verl_stages(dict.fromkeys(wl.task_names, 1.0), wl.task_names, 1.0,
+                                       True)
+
+
 def test_estimate_text(capsys):
     code, out, err = run(capsys, *BASE, "--colocate", "--tp", "4")
     assert code == 0 and err == ""
