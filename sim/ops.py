@@ -108,7 +108,8 @@ class ReplicaOps:
             a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
             b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
             total += sum_max_affine(a_h, b_h, a_f, b_f, steps)
-        total += steps * (self._decode_comm(batch) + self.step_overhead_s)
+        total += steps * (self._decode_comm(batch) + self.step_overhead_s
+                          + batch * self.params.decode_s_per_token)
         return total
 
     def _decode_comm(self, batch: int) -> float:

@@ -80,6 +80,12 @@ class CostParams:
     # data movement per token of the batch per call, and CPU scoring per sequence of a rule
     # reward. Fitted on the public set's fit step rows (experiments/fit_public.py,
     # docs/validation.md).
+    # The rollout engine's CPU work per generated token, beyond the per-step overhead: its
+    # scheduler, sampler and output processing handle every running sequence every step (vLLM's
+    # "performance update" post, 2024-09: at large batches the GPU idles on this host work).
+    # Charged per sequence per decode step, i.e. per generated token; fitted with the framework
+    # costs on the fit step rows.
+    decode_s_per_token: float = 0.0
     task_call_s: float = 0.0
     driver_s_per_token: float = 0.0
     rule_reward_s_per_sequence: float = 0.0
@@ -119,7 +125,7 @@ class CostParams:
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
                     "launch_overhead_s_per_layer", "task_call_s", "driver_s_per_token",
-                    "rule_reward_s_per_sequence"):
+                    "rule_reward_s_per_sequence", "decode_s_per_token"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
                     "optimizer_step_hbm_bytes"):
@@ -127,7 +133,8 @@ class CostParams:
                     "must be an integer")
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer",
-                    "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence"):
+                    "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
+                    "decode_s_per_token"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.flops_reference_hidden >= 1, "params.flops_reference_hidden",
                 self.flops_reference_hidden, "must be >= 1 (a hidden size)")

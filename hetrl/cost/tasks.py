@@ -175,7 +175,9 @@ class _GenerationEngine:
         tp = pre_tp + sat_steps * stp + dtp
         pp = pre_pp + sat_steps * spp + dpp
         steps = sat_steps + dsteps
-        overhead = steps * self.step_overhead_s
+        # per step its fixed overhead; per running sequence per step (every generated token:
+        # (n - m) mean in the saturated phase, m mean in the drain) the engine's host work
+        overhead = steps * self.step_overhead_s + n * L.response_mean * params.decode_s_per_token
         launch = params.launch_overhead_s_per_layer
         if launch > 0:  # prefill launches every layer once per chunk, stage after stage
             pre_launch = chunks * launch * sum(s[6] for s in self.stages)

@@ -16,7 +16,7 @@ from sim.driver import simulate
 from tests.cost.plans import split_plan
 
 NONE = replace(DEFAULT_PARAMS, task_call_s=0.0, driver_s_per_token=0.0,
-               rule_reward_s_per_sequence=0.0)
+               rule_reward_s_per_sequence=0.0, decode_s_per_token=0.0)
 
 
 def test_each_term_of_one_call():
@@ -67,3 +67,18 @@ def test_disjoint_groups_overlap_their_calls():
     # the reference's call, so fewer than one call per task is on the critical path
     assert grow < 3.0 * len(names) - 1.0
     assert grow >= 3.0 * 3 - 1e-9
+
+
+def test_the_engines_host_work_per_generated_token():
+    """``decode_s_per_token``: every running sequence costs it every decode step, so a replica
+    pays it once per generated token; the simulator's decode steps pay the same."""
+    wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
+    plan = split_plan(wl, cl, [(wl.task_names, range(8), 4)])
+    per_token = replace(NONE, decode_s_per_token=2e-5)
+    base = CostModel(wl, cl, NONE).estimate(plan).tasks["actor_generation"]
+    more = CostModel(wl, cl, per_token).estimate(plan).tasks["actor_generation"]
+    replica_tokens = wl.samples / 2 * length_stats(wl).response_mean  # dp = 2 replicas
+    assert more - base == pytest.approx(2e-5 * replica_tokens, rel=1e-9)
+    sim = [simulate(plan, wl, cl, 1, params=p).metrics["tasks"]["actor_generation"]
+           for p in (NONE, per_token)]
+    assert sim[1] - sim[0] == pytest.approx(2e-5 * replica_tokens, rel=0.1)
