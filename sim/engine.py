@@ -35,7 +35,9 @@ from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.framework import task_framework_seconds
 from hetrl.cost.fsdp import offload_seconds
 from hetrl.cost.model import CostModel
+from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.rollout import generation_concurrency
 from hetrl.cost.sync import weight_sync_pulls
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.shares import split_counts
@@ -48,7 +50,6 @@ from sim.guards import HORIZON_S, STUCK_EVENTS, SimulationLimitError
 from sim.network import LinkFault, Network
 from sim.ops import ReplicaOps
 
-DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
 #: Events between two calls of a simulation's ``progress`` callback.
 PROGRESS_EVERY = 20_000
 
@@ -90,13 +91,11 @@ class Simulation:
         gen = self.placements["actor_generation"]
         shapes = self.model.shapes(gen.task, gen)
         L = self.model.L
-        self.concurrency = []
-        for replica in gen.devices:
-            cap = workload.gen_max_concurrency
-            for s, stage in zip(shapes, replica, strict=True):
-                budget = float(min(kv[d] for d in stage))
-                cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * L.seq_mean)))
-            self.concurrency.append(max(cap, 1))
+        self.concurrency = [
+            generation_concurrency(shapes, tuple(float(min(kv[d] for d in stage))
+                                                 for stage in replica),
+                                   L.seq_mean, workload.gen_max_concurrency)
+            for replica in gen.devices]
         self.pulls, self.local_copies = weight_sync_pulls(
             gen, shapes, self.placements["actor_training"], cluster, params,
             shared_in_place=workload.mode == "sync"
@@ -104,7 +103,8 @@ class Simulation:
         # the sync's NCCL call overhead and the co-located engine's sleep and wake, as priced
         devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
         self.sync_overhead_s = sum(self.model.sync_overheads(
-            gen, self.model._weight_sync(gen, self.placements["actor_training"]), devices))
+            gen, self.model.weight_sync_seconds(gen, self.placements["actor_training"]),
+            devices))
         self.stage_names = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
 
     # --- helpers ---

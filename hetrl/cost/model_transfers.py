@@ -51,6 +51,11 @@ class TransferTerms:
         self._last_transfer = (gen, kind, p.devices, p.data_shares, worst)
         return worst
 
+    def weight_sync_seconds(self, gen: TaskPlacement, train: TaskPlacement) -> float:
+        """Seconds of moving the trained weights of ``train`` into the engine of ``gen`` (the
+        bytes; the calls' overhead and the engine switch: :meth:`sync_overheads`)."""
+        return self._weight_sync(gen, train)
+
     def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement) -> float:
         """Seconds of the weight sync: a pure function of the two device grids and layer splits
         (not of the data shares), memoised per cluster. From an FSDP trainer the shards are

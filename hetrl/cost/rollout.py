@@ -56,6 +56,18 @@ def kv_pool_cap(total_bytes: float, engine_weight_bytes: float,
     return utilization * total_bytes - engine_weight_bytes
 
 
+def generation_concurrency(shapes: tuple[StageShape, ...], kv_budget: tuple[float, ...],
+                           seq_tokens: float, max_concurrency: int) -> int:
+    """Sequences one generation replica decodes at once: ``max_concurrency`` (vLLM
+    ``max_num_seqs``) or as many as each stage's KV budget (bytes per device of the stage) holds
+    at ``seq_tokens`` tokens of KV per sequence, whichever is fewer; at least 1. The cost model
+    and the simulator both size their batches with it."""
+    cap = max_concurrency
+    for s, budget in zip(shapes, kv_budget, strict=True):
+        cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * seq_tokens)))
+    return max(cap, 1)
+
+
 def switch_seconds(engine_weight_bytes: float, params: CostParams) -> float:
     """One sleep-and-wake of a co-located rollout engine holding ``engine_weight_bytes`` per
     device (the largest shard: devices switch in parallel), seconds."""

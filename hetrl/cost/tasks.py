@@ -23,7 +23,7 @@ from hetrl.cost.primitives import (
     p2p_time,
 )
 from hetrl.cost.replica import ReplicaHW
-from hetrl.cost.rollout import decode_step_overhead_s
+from hetrl.cost.rollout import decode_step_overhead_s, generation_concurrency
 
 #: ``framework``: the per-call framework costs of hetrl.cost.framework (task level)
 PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload",
@@ -111,16 +111,15 @@ class _GenerationEngine:
                      max_concurrency: int) -> tuple[int, tuple[str, ...]]:
         L, hw = self.L, self.hw
         violations = []
-        seq_tokens = L.prompt_mean + L.response_mean
-        cap = max_concurrency
         for j, (s, budget) in enumerate(zip(self.shapes, kv_budget, strict=True)):
             need_one = s.kv_bytes_per_token * (L.prompt_max + L.response_max)
             if budget < need_one:
                 violations.append(
                     f"stage {j} ({hw.stages[j].gpu}): KV cache budget {budget / 1e9:.2f} GB < "
                     f"{need_one / 1e9:.2f} GB for one max-length sequence")
-            cap = min(cap, int(max(budget, 0.0) // (s.kv_bytes_per_token * seq_tokens)))
-        return max(cap, 1), tuple(violations)
+        cap = generation_concurrency(self.shapes, kv_budget, L.prompt_mean + L.response_mean,
+                                     max_concurrency)
+        return cap, tuple(violations)
 
     def replica(self, n: float, kv_budget: tuple[float, ...], max_concurrency: int) -> ReplicaCost:
         key = (kv_budget, max_concurrency)
