@@ -44,18 +44,19 @@ FITTED = {"train_flops": ("T1", "T2", "T3", "T4", "H200"), "infer_flops": ("F1",
           "decode_hbm": ("G1", "G2", "G3", "G4"),
           "flops_half_hidden": ("T1", "T2", "T3", "T4", "F1", "H200"),
           "task_call_s": STEP_ROWS, "driver_s_per_token": STEP_ROWS,
-          "rule_reward_s_per_sequence": STEP_ROWS, "decode_s_per_token": STEP_ROWS}
+          "rule_reward_s_per_sequence": STEP_ROWS, "decode_s_per_token": STEP_ROWS,
+          "micro_batch_overhead_s": STEP_ROWS}
 #: CostParams fields among FITTED (the rest are kernel efficiencies in ``defaults``)
 FIELDS = ("flops_half_hidden", "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
-          "decode_s_per_token")
+          "decode_s_per_token", "micro_batch_overhead_s")
 #: bounds of each constant in the fit (log space: every start must be > 0)
 BOUNDS = {"train_flops": (0.05, 1.0), "infer_flops": (0.05, 1.0), "decode_hbm": (0.05, 1.0),
           "flops_half_hidden": (100.0, 50_000.0), "task_call_s": (1e-3, 30.0),
           "driver_s_per_token": (1e-10, 1e-4), "rule_reward_s_per_sequence": (1e-7, 0.1),
-          "decode_s_per_token": (1e-9, 1e-3)}
+          "decode_s_per_token": (1e-9, 1e-3), "micro_batch_overhead_s": (1e-5, 1.0)}
 #: where a constant starts when its default is 0 (a log-space fit cannot move a 0)
 FLOOR_START = {"task_call_s": 0.1, "driver_s_per_token": 1e-7, "rule_reward_s_per_sequence": 1e-4,
-               "decode_s_per_token": 1e-6}
+               "decode_s_per_token": 1e-6, "micro_batch_overhead_s": 0.01}
 #: the H200 kernel runs (JSON files under experiments/results/gpu-h200)
 KERNEL_RUNS = ("kernels.json", "kernels-qwen3-4b.json", "kernels-qwen3-8b-seq2048.json")
 KERNEL_DIR = Path(__file__).resolve().parent / "results" / "gpu-h200"
@@ -101,7 +102,7 @@ def kernel_log_ratios(params: CostParams, rows: list[dict]) -> np.ndarray:
 #: measure it: an exotic GPU's step row does not move an efficiency fitted on datasheet GPUs)
 PHASES = (("train_flops", "infer_flops", "decode_hbm", "flops_half_hidden"),
           ("task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
-           "decode_s_per_token"))
+           "decode_s_per_token", "micro_batch_overhead_s"))
 
 
 def _fit_phase(params: CostParams, names: tuple[str, ...], start_all: dict[str, float],

@@ -131,7 +131,8 @@ class ReplicaOps:
         peak = st.flops_infer if kind == "infer" else st.flops_train
         return self._with_tp(max(fl / peak, s.weight_bytes / st.hbm),
                              2 * s.layers * st.tp_allreduce(tokens * self.h * self.bpv),
-                             kind == "train") + s.layers * self.params.launch_overhead_s_per_layer
+                             kind == "train") + s.layers * self.params.launch_overhead_s_per_layer + (
+            self.params.micro_batch_overhead_s)
 
     def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool) -> float:
         """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with recomputation)
@@ -142,7 +143,8 @@ class ReplicaOps:
         mult, ars = (3.0, 4) if recompute else (2.0, 2)
         return self._with_tp(max(mult * fl / st.flops_train, s.weight_bytes / st.hbm),
                              ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True) + (
-            2 * s.layers * self.params.launch_overhead_s_per_layer)
+            2 * s.layers * self.params.launch_overhead_s_per_layer
+            + 2 * self.params.micro_batch_overhead_s)
 
     def _with_tp(self, work: float, tp: float, training: bool) -> float:
         """An op's compute (or weight reads) and its TP collectives: one after the other, or

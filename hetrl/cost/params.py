@@ -86,6 +86,11 @@ class CostParams:
     # Charged per sequence per decode step, i.e. per generated token; fitted with the framework
     # costs on the fit step rows.
     decode_s_per_token: float = 0.0
+    # Fixed seconds per micro-batch pass of an inference or training task on each pipeline
+    # stage, whatever its tokens (x3 for a training forward+backward): the framework's Python
+    # loop, host-device synchronisations, FSDP's per-layer gather latencies, the log-prob and
+    # entropy kernels of one micro-batch. Fitted with the framework costs on the fit step rows.
+    micro_batch_overhead_s: float = 0.0
     task_call_s: float = 0.0
     driver_s_per_token: float = 0.0
     rule_reward_s_per_sequence: float = 0.0
@@ -125,7 +130,8 @@ class CostParams:
                     "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
                     "launch_overhead_s_per_layer", "task_call_s", "driver_s_per_token",
-                    "rule_reward_s_per_sequence", "decode_s_per_token"):
+                    "rule_reward_s_per_sequence", "decode_s_per_token",
+                    "micro_batch_overhead_s"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
                     "optimizer_step_hbm_bytes"):
@@ -134,7 +140,7 @@ class CostParams:
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer",
                     "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
-                    "decode_s_per_token"):
+                    "decode_s_per_token", "micro_batch_overhead_s"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
         require(self.flops_reference_hidden >= 1, "params.flops_reference_hidden",
                 self.flops_reference_hidden, "must be >= 1 (a hidden size)")

@@ -382,9 +382,13 @@ class _ForwardEngine:
                                  g.intra_Bps, g.inter_latency_s, g.inter_Bps, g.cross_Bps)
                                 for mfpt, afpc, rate, hb, tpl, g, link_eff in stages], dtype=float)
         self.sends = np.array(sends, dtype=float).reshape(len(sends), 3)
+        passes = 3.0 if self.training else 1.0
         #: fixed launch seconds per micro-batch: every layer, x3 for a forward+backward
-        self.launch_s = params.launch_overhead_s_per_layer * sum(s.layers for s in shapes) * (
-            3.0 if self.training else 1.0)
+        self.launch_s = params.launch_overhead_s_per_layer * sum(s.layers for s in shapes) * passes
+        #: fixed seconds per micro-batch slot of the pipeline (every stage pays it per
+        #: micro-batch: m + pp - 1 slots on the critical path)
+        self.micro_s = params.micro_batch_overhead_s * passes
+        self.pp = len(shapes)
 
     def replica(self, n: float, load: float = 1.0) -> ReplicaCost:
         """``n`` sequences in the engine's micro-batches, each micro-batch carrying ``load`` x
@@ -404,6 +408,10 @@ class _ForwardEngine:
         if self.launch_s > 0:  # every micro-batch launches every layer, stage after stage
             overhead = m * self.launch_s
             total += overhead
+        if self.micro_s > 0:
+            fixed = (m + self.pp - 1) * self.micro_s
+            overhead += fixed
+            total += fixed
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": overhead,
                                    "offload": 0.0, "framework": 0.0})

@@ -16,7 +16,8 @@ from sim.driver import simulate
 from tests.cost.plans import split_plan
 
 NONE = replace(DEFAULT_PARAMS, task_call_s=0.0, driver_s_per_token=0.0,
-               rule_reward_s_per_sequence=0.0, decode_s_per_token=0.0)
+               rule_reward_s_per_sequence=0.0, decode_s_per_token=0.0,
+               micro_batch_overhead_s=0.0)
 
 
 def test_each_term_of_one_call():
@@ -82,3 +83,26 @@ def test_the_engines_host_work_per_generated_token():
     sim = [simulate(plan, wl, cl, 1, params=p).metrics["tasks"]["actor_generation"]
            for p in (NONE, per_token)]
     assert sim[1] - sim[0] == pytest.approx(2e-5 * replica_tokens, rel=0.1)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_fixed_cost_per_micro_batch_pass(pp):
+    """``micro_batch_overhead_s``: each stage pays it per micro-batch pass (x3 for a training
+    forward+backward), m + pp - 1 slots on a pipeline's critical path; the simulator's passes
+    pay the same."""
+    wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
+    plan = split_plan(wl, cl, [(wl.task_names, range(8), 2)], pp=pp)
+    fixed = replace(NONE, micro_batch_overhead_s=0.05)
+    base = CostModel(wl, cl, NONE).estimate(plan).tasks
+    more = CostModel(wl, cl, fixed).estimate(plan).tasks
+    dp = 8 // (2 * pp)
+    per_replica = wl.samples / dp
+    m_inf = -(-per_replica // wl.inference_micro_batch_size)
+    m_train = -(-per_replica / wl.optimizer_steps // wl.micro_batch_size)
+    assert more["reference_inference"] - base["reference_inference"] == pytest.approx(
+        (m_inf + pp - 1) * 0.05, rel=1e-9)
+    assert more["actor_training"] - base["actor_training"] == pytest.approx(
+        wl.optimizer_steps * (m_train + pp - 1) * 3 * 0.05, rel=1e-9)
+    sim = [simulate(plan, wl, cl, 1, params=p).metrics["tasks"]["reference_inference"]
+           for p in (NONE, fixed)]
+    assert sim[1] - sim[0] == pytest.approx((m_inf + pp - 1) * 0.05, rel=0.15)
