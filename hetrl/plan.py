@@ -65,8 +65,9 @@ class TaskPlacement:
     gradients on every rank) -- or ``fsdp`` -- ZeRO-3: weights (and in training gradients and
     optimizer states) sharded over the DP group, each layer's weights all-gathered for forward
     (and backward) and its gradients reduce-scattered, per micro-batch (pp = tp = 1).
-    ``offload`` (fsdp only): the shards of parameters and optimizer states live in host memory
-    between uses (verl's param_offload + optimizer_offload)."""
+    ``offload`` (inference and training tasks): parameters, gradients and optimizer states live
+    in host memory between the task's calls (verl's param_offload + optimizer_offload, for its
+    FSDP and Megatron workers alike)."""
 
     task: str
     dp: int
@@ -346,8 +347,9 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
         require(p.pp == 1 and p.tp == 1, f"{f}.backend", p.backend,
                 f"fsdp shards over data parallelism only: needs pp = 1 and tp = 1 (got pp = "
                 f"{p.pp}, tp = {p.tp})")
-    require(not p.offload or p.backend == "fsdp", f"{f}.offload", p.offload,
-            "offload is an fsdp option (backend: fsdp)")
+    require(not p.offload or workload.task(p.task).kind != "generation", f"{f}.offload",
+            p.offload, "offload is an option of inference and training tasks (the rollout "
+            "engine's sleep mode frees its memory instead)")
     for key in ("dp", "pp", "tp"):
         value = getattr(p, key)
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,

@@ -33,7 +33,7 @@ import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.framework import task_framework_seconds
-from hetrl.cost.fsdp import offload_seconds
+from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -268,6 +268,9 @@ class Simulation:
                 if not overlap:
                     yield from self.gradient_sync(p, batch.iteration)
                 yield from self.optimizer_step(p, batch.iteration)
+        if p.offload:  # Megatron's offloaded states' host round trip, once per call
+            yield self.env.timeout(megatron_offload_seconds(
+                kind, self.model.shapes(p.task, p), p.dp, self.params))
 
     def pipeline(self, p: TaskPlacement, i: int, micro: list[np.ndarray], lengths: np.ndarray,
                  kind: str, it: int, last_backward: list[simpy.Event] | None = None):

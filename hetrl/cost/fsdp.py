@@ -79,3 +79,15 @@ def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -
     per_param = shape.bytes_per_value + (params.optimizer_state_bytes if kind == "training"
                                          else 0)
     return 2 * shape.params * per_param / dp / (params.host_link_GBps * 1e9)
+
+
+def megatron_offload_seconds(kind: str, shapes: tuple[StageShape, ...], dp: int,
+                             params: CostParams) -> float:
+    """The host round trip of a Megatron rank's offloaded states per task call (seconds; verl's
+    Megatron ``param_offload`` / ``grad_offload`` / ``optimizer_offload``): its stage's weight
+    shard, and in training its gradients and distributed-optimizer shard (over dp), to the GPU
+    before the call and back after it; the largest stage's (ranks move theirs in parallel)."""
+    per_param = max(s.bytes_per_value for s in shapes)
+    if kind == "training":
+        per_param += params.grad_bytes + params.optimizer_state_bytes / dp
+    return 2 * max(s.params for s in shapes) * per_param / (params.host_link_GBps * 1e9)

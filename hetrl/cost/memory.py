@@ -44,8 +44,10 @@ def task_memory(kind: str, copy: str, shape: StageShape, stage_index: int, pp: i
 
 def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, dp: int, n: float,
                       mbs: int | Batching, L: LengthStats, params: CostParams,
-                      recompute: bool) -> tuple[float, float, float]:
-    """:func:`task_memory` as plain (weight, state, working) bytes (the cost model's hot path)."""
+                      recompute: bool, offload: bool = False) -> tuple[float, float, float]:
+    """:func:`task_memory` as plain (weight, state, working) bytes (the cost model's hot path).
+    ``offload``: a training task's gradients and optimizer states live in host memory between
+    its calls, so they count in its working set (on the GPU only while it runs), not resident."""
     if kind == "generation":
         return shape.weight_bytes, 0.0, 0.0
     # one micro-batch's tokens as costed (padded ones included) and the micro-batch count
@@ -56,4 +58,6 @@ def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, d
     in_flight = min(pp - stage_index, micro)
     act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
     states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)
+    if offload:
+        return shape.weight_bytes, 0.0, states + act + shape.logits_bytes(tokens)
     return shape.weight_bytes, states, act + shape.logits_bytes(tokens)

@@ -10,7 +10,7 @@ import numpy as np
 
 from hetrl.cost.batching import micro_count
 from hetrl.cost.flops import StageShape
-from hetrl.cost.fsdp import fsdp_step_seconds, offload_seconds
+from hetrl.cost.fsdp import fsdp_step_seconds, megatron_offload_seconds, offload_seconds
 from hetrl.cost.kernels import dp_optimizer_seconds
 from hetrl.cost.memo import STAGE_PARAMS, topology_memoised
 from hetrl.cost.params import CostParams
@@ -96,6 +96,10 @@ class ForwardTerms:
             parts["dp"] += dp_s * steps
             parts["hbm"] += opt_s * steps
             seconds += (dp_s + opt_s) * steps
+        if p.offload and p.backend != "fsdp":  # Megatron's offload, once per call
+            off_s = megatron_offload_seconds(kind, shapes, p.dp, self.params)
+            parts["offload"] += off_s
+            seconds += off_s
         fw = self._framework[kind]
         parts["framework"] = fw
         return TaskResult(seconds + fw, parts, ())

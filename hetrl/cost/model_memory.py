@@ -143,7 +143,8 @@ class MemoryTerms:
                                             self.params, wl.recompute, p.offload), 0.0, 1.0)]
             elif rows is None:
                 rows = [(*task_memory_bytes(kind, shape, j, p.pp, p.dp, n_total * share, mbs,
-                                            self.L, self.params, wl.recompute), kv_seq[j], 1.0)
+                                            self.L, self.params, wl.recompute, p.offload),
+                         kv_seq[j], 1.0)
                         for j, shape in enumerate(shapes)]
             seen[key] = rows
             per_slot += rows

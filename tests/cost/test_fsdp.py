@@ -125,7 +125,8 @@ def test_plan_files_keep_the_backend_and_validation_names_misuse():
     bad = [(replace(train, backend="deepspeed"), r"actor_training\]\.backend.*one of"),
            (TaskPlacement("actor_training", 4, 1, 2, tuple(((2 * i, 2 * i + 1),) for i in range(4)),
                           train.layers_per_stage, (1.0,) * 4, "fsdp"), r"needs pp = 1 and tp = 1"),
-           (replace(train, backend="megatron", offload=True), r"offload.*fsdp option"),
+           (replace(plan.placement("actor_generation"), offload=True),
+            r"offload.*inference and training"),
            (replace(plan.placement("actor_generation"), backend="fsdp"), r"rollout engine")]
     for p, message in bad:
         with pytest.raises(SpecError, match=message):
@@ -145,3 +146,32 @@ def test_the_simulator_agrees_with_the_estimate_on_fsdp():
     sim = simulate(plan, wl, cl, iterations=3)
     assert sim.iteration_s == pytest.approx(est.iteration_s, rel=0.05)
     assert sim.trace.task_seconds()["weight_sync"] > 0  # shards gathered, never shared in place
+
+
+def test_megatron_offload_moves_the_states_to_the_call_and_prices_the_round_trip():
+    """verl's Megatron workers offload too (param_offload, grad_offload, optimizer_offload):
+    the trained states leave the resident memory (on the GPU only during the task's own call,
+    in its working set), and the rank's shard crosses the host link there and back once per
+    call; the simulator waits the same."""
+    from sim.driver import simulate
+
+    wl, cl = verl_ppo_7b(), cluster_preset("a100x8")
+    layers = wl.model("actor").layers
+    plan = colocated(wl, 8, "megatron")
+    on = make_placement("actor_training", tuple(range(8)), 4, 1, 2, layers, offload=True)
+    off = replace(on, offload=False)
+    model = CostModel(wl, cl)
+    mem_on, mem_off = model.placement_memory(on), model.placement_memory(off)
+    assert mem_on.states.max() == 0.0 and mem_off.states.max() > 0
+    assert mem_on.working.max() == pytest.approx(mem_off.working.max() + mem_off.states.max(),
+                                                 rel=1e-9)
+    prm, shape = model.params, model.shapes("actor_training", on)[0]
+    trip = 2 * shape.params * (wl.bytes_per_value + prm.grad_bytes
+                               + prm.optimizer_state_bytes / 4) / (prm.host_link_GBps * 1e9)
+    assert model._forward_task_compute(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
+    assert model._forward_task_compute(on).seconds == pytest.approx(
+        model._forward_task_compute(off).seconds + trip, rel=1e-9)
+    with_off = plan.with_placement(on)
+    sim = [simulate(p, wl, cl, 1).metrics["tasks"]["actor_training"] for p in (
+        plan.with_placement(off), with_off)]
+    assert sim[1] - sim[0] == pytest.approx(trip, rel=1e-6)
