@@ -6,14 +6,15 @@ Each constant is fitted on the rows that measure it (the measurements file's "Ho
 step 4): ``train_flops`` on the training rows (T1-T4), ``infer_flops`` on the prefill row (F1),
 ``decode_hbm`` on the generation rows (G1-G4), and ``flops_half_hidden``, the size curve's
 half-saturation hidden size, on the training and prefill rows, and the per-step framework
-costs (``task_call_s``, ``driver_s_per_token``, ``rule_reward_s_per_sequence``) on the fit
-side's verl step logs (S15-S17: every logged stage and the step). The H200 kernel runs of
+costs (``task_call_s``, ``driver_s_per_token``, ``rule_reward_s_per_sequence``,
+``decode_s_per_token``, ``micro_batch_overhead_s``, ``eager_launch_s_per_layer``) on the fit
+side's verl step logs (S12, S15-S18: every logged stage and the step). The H200 kernel runs of
 experiments/results/gpu-h200 (training and inference forwards of Qwen3-4B and Qwen3-8B on one
 GPU) join the fit as rows of their own: their matmul FLOPs at the fitted efficiency against the
 measured seconds. (Their decode rows are not used: a Hugging Face decode loop, not a serving
 engine.) The residuals are ln(estimate / measured), minimised together by
 ``scipy.optimize.least_squares`` in log space within bounds (a generation row's prefill also
-depends on ``infer_flops``). The holdout rows (S1-S14, S18-S21, W1, W2) never enter the fit: their error
+depends on ``infer_flops``). The holdout rows (S1-S11, S13, S14, S19-S21, W1, W2) never enter the fit: their error
 is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
 the base params would still override them.
 """
@@ -37,23 +38,26 @@ from experiments.validate_public import load_rows, summary, validate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.spec.model import model_preset
 
-#: the fit's step rows: verl logs whose every stage (not only the step) enters the fit
-STEP_ROWS = ("S15", "S16", "S17")
+#: the fit's step rows: verl logs whose every stage (not only the step) enters the fit -- the
+#: report family of S12 and S18 (8 x H100), TinyZero's S15 (one RTX 4090) and the MI300X logs
+#: S16 and S17 (docs/validation.md, "Fit and holdout")
+STEP_ROWS = ("S12", "S15", "S16", "S17", "S18")
 #: constant -> the fit rows that measure it ("H200" : the gpu-h200 kernel runs)
 FITTED = {"train_flops": ("T1", "T2", "T3", "T4", "H200"), "infer_flops": ("F1", "H200"),
           "decode_hbm": ("G1", "G2", "G3", "G4"),
           "flops_half_hidden": ("T1", "T2", "T3", "T4", "F1", "H200"),
           "task_call_s": STEP_ROWS, "driver_s_per_token": STEP_ROWS,
           "rule_reward_s_per_sequence": STEP_ROWS, "decode_s_per_token": STEP_ROWS,
-          "micro_batch_overhead_s": STEP_ROWS}
+          "micro_batch_overhead_s": STEP_ROWS, "eager_launch_s_per_layer": STEP_ROWS}
 #: CostParams fields among FITTED (the rest are kernel efficiencies in ``defaults``)
 FIELDS = ("flops_half_hidden", "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
-          "decode_s_per_token", "micro_batch_overhead_s")
+          "decode_s_per_token", "micro_batch_overhead_s", "eager_launch_s_per_layer")
 #: bounds of each constant in the fit (log space: every start must be > 0)
 BOUNDS = {"train_flops": (0.05, 1.0), "infer_flops": (0.05, 1.0), "decode_hbm": (0.05, 1.0),
           "flops_half_hidden": (100.0, 50_000.0), "task_call_s": (1e-3, 30.0),
           "driver_s_per_token": (1e-10, 1e-4), "rule_reward_s_per_sequence": (1e-7, 0.1),
-          "decode_s_per_token": (1e-9, 1e-3), "micro_batch_overhead_s": (1e-5, 1.0)}
+          "decode_s_per_token": (1e-9, 1e-3), "micro_batch_overhead_s": (1e-5, 1.0),
+          "eager_launch_s_per_layer": (1e-6, 0.01)}
 #: where a constant starts when its default is 0 (a log-space fit cannot move a 0)
 FLOOR_START = {"task_call_s": 0.1, "driver_s_per_token": 1e-7, "rule_reward_s_per_sequence": 1e-4,
                "decode_s_per_token": 1e-6, "micro_batch_overhead_s": 0.01}
@@ -102,7 +106,7 @@ def kernel_log_ratios(params: CostParams, rows: list[dict]) -> np.ndarray:
 #: measure it: an exotic GPU's step row does not move an efficiency fitted on datasheet GPUs)
 PHASES = (("train_flops", "infer_flops", "decode_hbm", "flops_half_hidden"),
           ("task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
-           "decode_s_per_token", "micro_batch_overhead_s"))
+           "decode_s_per_token", "micro_batch_overhead_s", "eager_launch_s_per_layer"))
 
 
 def _fit_phase(params: CostParams, names: tuple[str, ...], start_all: dict[str, float],
@@ -135,17 +139,25 @@ def _fit_phase(params: CostParams, names: tuple[str, ...], start_all: dict[str, 
     return moved(res.x), res
 
 
-def fit(params: CostParams = DEFAULT_PARAMS) -> tuple[CostParams, dict]:
+#: the phases by name (``--phase``)
+PHASE_NAMES = ("kernels", "framework")
+
+
+def fit(params: CostParams = DEFAULT_PARAMS,
+        phases: Sequence[str] = PHASE_NAMES) -> tuple[CostParams, dict]:
     """(fitted params, a report of the fit): least squares over the fit rows and kernel runs,
-    in :data:`PHASES`."""
+    in :data:`PHASES` (``phases``: the names of those to run; the others' constants stay at
+    ``params``' values)."""
     kernels = kernel_rows()
     start = dict(zip(FITTED, _start(params), strict=True))
     values = dict(start)
-    fitted, phases = params, []
-    for names in PHASES:
+    fitted, report_phases = params, []
+    for name, names in zip(PHASE_NAMES, PHASES, strict=True):
+        if name not in phases:
+            continue
         fitted, res = _fit_phase(fitted, names, values, kernels)
         values.update(zip(names, np.exp(res.x), strict=True))
-        phases.append({"constants": list(names), "rms_log_before": res.rms_before,
+        report_phases.append({"constants": list(names), "rms_log_before": res.rms_before,
                        "rms_log_after": float(np.sqrt(np.mean(res.fun ** 2))),
                        "converged": bool(res.success),
                        "at_bound": [k for k, x in zip(names, res.x, strict=True)
@@ -157,10 +169,8 @@ def fit(params: CostParams = DEFAULT_PARAMS) -> tuple[CostParams, dict]:
               "kernel_rows": {r["id"]: {"before": float(b), "after": float(a)} for r, b, a in
                               zip(kernels, kernel_log_ratios(params, kernels),
                                   kernel_log_ratios(fitted, kernels), strict=True)},
-              "phases": phases,
-              "rms_log_before": phases[0]["rms_log_before"],
-              "rms_log_after": phases[0]["rms_log_after"],
-              "converged": all(p["converged"] for p in phases)}
+              "phases": report_phases,
+              "converged": all(p["converged"] for p in report_phases)}
     return fitted, report
 
 
@@ -169,9 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print machine-readable JSON")
     ap.add_argument("--out", type=Path, help="write the fitted CostParams here (YAML)")
+    ap.add_argument("--phase", choices=PHASE_NAMES, action="append",
+                    help="fit only this phase (repeatable; default: both, kernels first): "
+                    "'framework' fits the per-step costs with the kernel constants as shipped")
     args = ap.parse_args(argv)
     before = summary(validate(DEFAULT_PARAMS))
-    fitted, report = fit(DEFAULT_PARAMS)
+    fitted, report = fit(DEFAULT_PARAMS, args.phase or PHASE_NAMES)
     after = summary(validate(fitted))
     report["median_abs_log_ratio"] = {"before": before["median_abs_log_ratio"],
                                       "after": after["median_abs_log_ratio"]}

@@ -49,6 +49,7 @@ import pandas as pd
 import yaml
 
 from hetrl.cost.band import Residual, is_colocated, residuals_csv
+from hetrl.cost.framework import without_framework
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel, Estimate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -366,6 +367,10 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
         cluster, measured = build_cluster(row)
         plan = build_plan(row, workload, cluster, measured)
         _check_exclusions(row, plan, workload)
+        # a component row measures an engine, a trainer or a sync on its own, in a harness
+        # without an RL framework's controller: priced without the framework's costs
+        if row.kind != "step":
+            params = without_framework(params)
         est = CostModel(workload, cluster, params).estimate(plan)
         colocated = is_colocated(plan, workload)
         gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})

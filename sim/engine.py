@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
-from hetrl.cost.framework import task_framework_seconds
+from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
@@ -165,9 +165,11 @@ class Simulation:
             yield simpy.AllOf(self.env, procs)
         else:
             yield from self.forward_task(p, kind, batch)
+        wl = self.workload
         framework_s = task_framework_seconds(
-            kind, len(batch.response), float(batch.prompt.sum() + batch.response.sum()),
-            self.workload.reward == "rule", self.params)
+            kind, len(batch.response), batch_tokens(len(batch.response), wl.prompt_length.max,
+                                                    wl.response_length.max),
+            wl.reward == "rule", self.params)
         if framework_s > 0:  # the controller's per-call work (hetrl.cost.framework)
             yield self.env.timeout(framework_s)
         for d, r in zip(devices, requests, strict=True):

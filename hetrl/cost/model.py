@@ -23,7 +23,7 @@ import numpy as np
 
 from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.flops import LM_HEAD_ROLES, StageShape, stage_shapes
-from hetrl.cost.framework import task_framework_seconds
+from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.lengths import LengthStats, length_stats
 from hetrl.cost.memo import MODEL_FACTS, OwnTables, SharedTables
 from hetrl.cost.model_forward import ForwardTerms
@@ -321,9 +321,11 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
 
 
 def _framework(workload: WorkloadSpec, params: CostParams) -> dict[str, float]:
-    """Per task kind the framework seconds of one call over the iteration's batch."""
-    L = length_stats(workload)
-    return {kind: task_framework_seconds(kind, workload.samples, workload.samples * L.seq_mean,
+    """Per task kind the framework seconds of one call over the iteration's batch (as the
+    driver holds it: padded to the maxima)."""
+    tokens = batch_tokens(workload.samples, workload.prompt_length.max,
+                          workload.response_length.max)
+    return {kind: task_framework_seconds(kind, workload.samples, tokens,
                                          workload.reward == "rule", params)
             for kind in ("generation", "inference", "training")}
 

@@ -54,9 +54,12 @@ class CostParams:
     defaults: tuple[tuple[str, float], ...] = tuple(KERNEL_KINDS.items())
     per_gpu: tuple[tuple[str, str, float], ...] = ()
     decode_step_overhead_s: float = 1e-3  # scheduler, sampling and launch time per decode step
-    # An eager rollout engine (no CUDA graphs) launches each layer's ~12 kernels from the CPU at
-    # ~5 us each (CUDA launch latency; NVIDIA, "Getting Started with CUDA Graphs", 2019).
-    eager_launch_s_per_layer: float = 60e-6
+    # An eager rollout engine (no CUDA graphs: verl's default enforce_eager until 2025-08) runs
+    # each layer's decode step from Python: its kernels' launches (~12 at ~5 us: NVIDIA, "Getting
+    # Started with CUDA Graphs", 2019) and the framework's per-op dispatch around them. Fitted on
+    # the fit step rows (experiments/fit_public.py, docs/validation.md): 0.761 ms, rounded (the
+    # launch latency alone, 60 us, was the default before verl's logs were fitted).
+    eager_launch_s_per_layer: float = 0.76e-3
     # Fixed seconds per transformer layer of every forward pass, beyond its FLOPs and bytes: the
     # framework's per-kernel launch and dispatch cost (a few kernels per layer). 0 (the default)
     # for GPU engines, whose steps the FLOP, HBM and per-step terms already cover; `hetrl
@@ -76,23 +79,25 @@ class CostParams:
     # Bytes per weight-sync call when the trainer buckets tensors; 0: one call per tensor (verl's
     # and NeMo-RL's NCCL broadcast).
     sync_bucket_bytes: float = 0.0
-    # Per-step framework costs (hetrl.cost.framework): a fixed cost per task call, the driver's
-    # data movement per token of the batch per call, and CPU scoring per sequence of a rule
-    # reward. Fitted on the public set's fit step rows (experiments/fit_public.py,
-    # docs/validation.md).
-    # The rollout engine's CPU work per generated token, beyond the per-step overhead: its
-    # scheduler, sampler and output processing handle every running sequence every step (vLLM's
-    # "performance update" post, 2024-09: at large batches the GPU idles on this host work).
-    # Charged per sequence per decode step, i.e. per generated token; fitted with the framework
-    # costs on the fit step rows.
-    decode_s_per_token: float = 0.0
+    # Per-step framework costs (hetrl.cost.framework), fitted on the public set's fit step rows
+    # (experiments/fit_public.py --phase framework, docs/validation.md):
+    # The rollout engine's host work per generated token in an RL framework, beyond the
+    # per-step overhead: its scheduler, sampler and output processing handle every running
+    # sequence every step (vLLM's "performance update" post, 2024-09: at large batches the GPU
+    # idles on this host work). Charged per sequence per decode step, i.e. per generated token;
+    # fitted with the framework costs on the fit step rows: 25.8 us, rounded.
+    decode_s_per_token: float = 26e-6
     # Fixed seconds per micro-batch pass of an inference or training task on each pipeline
     # stage, whatever its tokens (x3 for a training forward+backward): the framework's Python
     # loop, host-device synchronisations, FSDP's per-layer gather latencies, the log-prob and
-    # entropy kernels of one micro-batch. Fitted with the framework costs on the fit step rows.
-    micro_batch_overhead_s: float = 0.0
+    # entropy kernels of one micro-batch. Fitted on the fit step rows: 21.3 ms, rounded.
+    micro_batch_overhead_s: float = 0.021
+    # A fixed cost per task call and the CPU scoring of a rule reward per sequence: the fit on
+    # the fit step rows drives both to their floor (1 ms, 1e-7 s), so they default to 0.
     task_call_s: float = 0.0
-    driver_s_per_token: float = 0.0
+    # The driver's data movement per token of the padded batch per task call: fitted on the
+    # fit step rows, 0.69 us, rounded.
+    driver_s_per_token: float = 0.7e-6
     rule_reward_s_per_sequence: float = 0.0
     prefill_chunk_tokens: int = 8192  # vLLM max_num_batched_tokens: one prefill chunk
     usable_memory_fraction: float = 0.92  # rest: CUDA context, allocator fragmentation

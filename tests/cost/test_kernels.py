@@ -17,6 +17,14 @@ from hetrl.spec.presets import cluster_preset
 BOTH = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 
 
+def _kernel_params():
+    """The defaults without the framework's per-micro-batch cost: the kernel's own terms."""
+    from hetrl.cost.framework import without_framework
+    from hetrl.cost.params import DEFAULT_PARAMS
+
+    return without_framework(DEFAULT_PARAMS)
+
+
 def _fn(kernel, compiled: bool):
     return kernel if compiled else kernel.py_func
 
@@ -284,10 +292,11 @@ def test_forward_replica_equals_its_definition(kind):
         shapes = stage_shapes(wl.model("actor"), tuple(layers), tp, True, wl.bytes_per_value)
         hw = replica_hw(cluster, replica)
         recompute = bool(rng.integers(0, 2))
-        engine = forward_engine(kind, shapes, hw, L, DEFAULT_PARAMS, 4, recompute)
+        KERNEL_PARAMS = _kernel_params()
+        engine = forward_engine(kind, shapes, hw, L, KERNEL_PARAMS, 4, recompute)
         training = kind == "training"
         mult, allreduces = ((4.0, 6) if recompute else (3.0, 4)) if training else (1.0, 2)
-        consts = _stage_consts(shapes, hw, L, DEFAULT_PARAMS,
+        consts = _stage_consts(shapes, hw, L, KERNEL_PARAMS,
                                "train_flops" if training else "infer_flops", mult, allreduces)
         for n in rng.uniform(0.5, 500.0, 5).tolist():
             got = engine.replica(n)

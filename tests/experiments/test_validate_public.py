@@ -12,8 +12,8 @@ import pytest
 from experiments import validate_public as vp
 from hetrl.cost.params import DEFAULT_PARAMS
 
-#: The 29 rows of shared/data/public_measurements.md.
-IDS = ([f"S{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
+#: The 36 rows of shared/data/public_measurements.md.
+IDS = ([f"S{i}" for i in range(1, 22)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
        + [f"T{i}" for i in range(1, 5)] + [f"W{i}" for i in range(1, 5)])
 #: Cheap rows that every hetrl version can estimate (no FSDP backend needed).
 QUICK = ("G1", "G2", "F1", "T1", "W1", "W4", "S1")
@@ -47,9 +47,14 @@ def test_at_most_half_the_rows_fit_and_no_source_on_both_sides(rows):
     for r in rows:
         sides[r.source_key].add(r.split)
     assert all(len(s) == 1 for s in sides.values()), {k: s for k, s in sides.items() if len(s) > 1}
-    # the step rows are the holdout; every fit row is a component row
-    assert all(r.split == "holdout" for r in rows if r.kind == "step")
-    assert all(r.kind != "step" for r in rows if r.split == "fit")
+    # the fit's step rows are the verl logs that pin the per-step framework costs
+    # (fit_public.STEP_ROWS); every other step row is holdout
+    from experiments import fit_public
+
+    assert {r.id for r in rows if r.kind == "step" and r.split == "fit"} == \
+        set(fit_public.STEP_ROWS)
+    holdout_steps = [r for r in rows if r.kind == "step" and r.split == "holdout"]
+    assert len(holdout_steps) >= len(fit_public.STEP_ROWS) * 2
 
 
 def test_estimated_ratios_are_positive_finite_and_estimate_over_measured(quick):
@@ -176,12 +181,17 @@ def test_the_fit_reads_only_fit_rows_and_moves_only_their_kernels(rows):
     # ("H200": the gpu-h200 kernel runs, not rows of the public set)
     assert all(split[i] == "fit" for ids in fit_public.FITTED.values() for i in ids
                if i != "H200")
-    assert list(fit_public.FITTED) == ["train_flops", "infer_flops", "decode_hbm",
-                                       "flops_half_hidden"]
-    moved = fit_public._with(DEFAULT_PARAMS, [0.9, 0.8, 0.7, 1234.0])
+    assert list(fit_public.FITTED)[:4] == ["train_flops", "infer_flops", "decode_hbm",
+                                           "flops_half_hidden"]
+    # the two phases fit every constant once, the kernels' before the framework costs
+    assert [k for phase in fit_public.PHASES for k in phase] == list(fit_public.FITTED)
+    assert set(fit_public.PHASES[1]) == set(fit_public.FIELDS) - {"flops_half_hidden"}
+    framework = [0.5, 1e-7, 1e-4, 1e-6, 0.01, 1e-4]
+    moved = fit_public._with(DEFAULT_PARAMS, [0.9, 0.8, 0.7, 1234.0, *framework])
     assert [moved.efficiency("A100-80GB", k) for k in list(fit_public.FITTED)[:3]] == \
         [0.9, 0.8, 0.7]
     assert moved.flops_half_hidden == 1234.0
+    assert [getattr(moved, k) for k in fit_public.PHASES[1]] == framework
     for kind in ("decode_flops", "hbm", "link"):
         assert moved.efficiency("A100-80GB", kind) == DEFAULT_PARAMS.efficiency("A100-80GB", kind)
     # the kernel runs: one training and one inference row per run, at the run's hidden size
