@@ -10,10 +10,11 @@ pool under ``gpu_memory_utilization``, the co-located engine switch, and the wei
   weights (and a profiling run's activations, here inside the usable fraction); without the
   setting the pool takes what the device's other tenants leave (a dedicated engine).
 - **Engine switch.** A co-located rollout engine in a synchronous plan (verl's hybrid engine)
-  sleeps while other tasks use its GPUs and wakes for the next rollout (vLLM sleep mode level 1:
-  weights offloaded to host memory, KV cache discarded): each iteration its weight shard goes to
-  the host and back over the host link, plus ``engine_switch_s`` for freeing and re-allocating
-  the pool and restoring the graphs (vLLM's sleep-mode post: 0.26-0.85 s per wake for small
+  sleeps while other tasks use its GPUs and wakes for the next rollout (vLLM sleep mode; the
+  workload's ``gen_sleep_level``: level 1, the default, offloads the weights to host memory and
+  discards the KV cache; level 2 discards both, the weight sync reloading them): each iteration
+  ``engine_switch_s`` for freeing and re-allocating the pool (the graphs are kept) and, at level
+  1, the weight shard to the host and back over the host link (vLLM's sleep-mode post: 0.26-0.85 s per wake for small
   models, almost all fixed cost).
 - **Weight-sync calls.** Trainers send weights in NCCL calls -- one per tensor (verl's and
   NeMo-RL's per-tensor broadcast) or one per bucket of ``sync_bucket_bytes`` -- and each call
@@ -68,10 +69,19 @@ def generation_concurrency(shapes: tuple[StageShape, ...], kv_budget: tuple[floa
     return max(cap, 1)
 
 
-def switch_seconds(engine_weight_bytes: float, params: CostParams) -> float:
+#: vLLM sleep levels: 1 offloads the weights to host memory and discards the KV cache; 2
+#: discards both (the weights are reloaded on wake: in RL, by the weight sync itself).
+SLEEP_LEVELS = (1, 2)
+
+
+def switch_seconds(engine_weight_bytes: float, params: CostParams, sleep_level: int = 1) -> float:
     """One sleep-and-wake of a co-located rollout engine holding ``engine_weight_bytes`` per
-    device (the largest shard: devices switch in parallel), seconds."""
-    return params.engine_switch_s + 2 * engine_weight_bytes / (params.host_link_GBps * 1e9)
+    device (the largest shard: devices switch in parallel), seconds: the KV pool freed and
+    re-allocated (``engine_switch_s``; vLLM's sleep mode keeps the CUDA graphs), and at sleep
+    level 1 the weight shard to host memory and back over the host link. (The reshard of the
+    trainer's weights into the engine's layout and their load are the weight sync's.)"""
+    host = 2 * engine_weight_bytes / (params.host_link_GBps * 1e9) if sleep_level == 1 else 0.0
+    return params.engine_switch_s + host
 
 
 def sync_calls(shapes: tuple[StageShape, ...], params: CostParams) -> int:

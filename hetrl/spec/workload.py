@@ -47,6 +47,9 @@ class WorkloadSpec:
     ``staleness`` is the async bound k (generation may run k iterations ahead); 0 in sync mode.
     ``reward`` is "model" (a reward model scores the responses: ``reward_inference``) or "rule"
     (an answer checker on the CPU, priced as negligible: no reward model, no such task).
+    ``gen_sleep_level``: how a co-located rollout engine sleeps between rollouts (vLLM sleep
+    mode): 1 offloads its weights to host memory (and back), 2 discards them (the weight sync
+    reloads them); either frees the KV cache.
     ``kl`` says where the KL to the reference enters (hetrl.spec.tasks.KL_MODES): "loss" (the
     default) or "reward" price a reference model and its forward (``reference_inference``);
     "none" (DAPO, GPG) has neither.
@@ -98,6 +101,7 @@ class WorkloadSpec:
     overlap_grad_reduce: bool = False
     tp_comm_overlap: bool = False
     kl: str = "loss"
+    gen_sleep_level: int = 1
     task_batching: tuple[tuple[str, TaskBatching], ...] = ()
     schema_version: int = field(default=SCHEMA_VERSION)
 
@@ -129,6 +133,9 @@ class WorkloadSpec:
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
         one_of("reward", self.reward, REWARDS)
         one_of("kl", self.kl, KL_MODES)
+        require(self.gen_sleep_level in (1, 2) and not isinstance(self.gen_sleep_level, bool),
+                "gen_sleep_level", self.gen_sleep_level,
+                "must be 1 (weights to host memory) or 2 (weights discarded): vLLM's sleep levels")
         for key in ("precision", "optimizer", "pad_to"):
             require(isinstance(getattr(self, key), str), key, getattr(self, key),
                     "must be a string")
@@ -287,6 +294,7 @@ class WorkloadSpec:
             "recompute": self.recompute,
             "reward": self.reward,
             "kl": self.kl,
+            "gen_sleep_level": self.gen_sleep_level,
             **({"task_batching": {t: b.to_dict() for t, b in self.task_batching}}
                if self.task_batching else {}),
             "recompute_logprobs": self.recompute_logprobs,

@@ -129,3 +129,22 @@ def test_the_simulator_replays_the_switch_and_the_calls():
         sim = simulate(plan, wl, cl, iterations=2)
         assert sim.trace.task_seconds()["weight_sync"] == pytest.approx(
             est.tasks["weight_sync"], rel=0.05)
+
+
+def test_sleep_level_2_drops_the_weights_host_round_trip():
+    """vLLM sleep level 1 sends the engine's weight shard to host memory and back; level 2
+    discards it (the weight sync reloads it): only the KV pool's free and re-allocate remains."""
+    from hetrl.cost.rollout import switch_seconds
+
+    wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
+    plan = colocated_plan(wl, cl, tp=2)
+    one = CostModel(wl, cl).estimate(plan).tasks["weight_sync"]
+    two = CostModel(wl.with_(gen_sleep_level=2), cl).estimate(plan).tasks["weight_sync"]
+    shard = CostModel(wl, cl).shapes("actor_generation", plan.placement("actor_generation"))[0]
+    assert one - two == pytest.approx(2 * shard.weight_bytes / (
+        DEFAULT_PARAMS.host_link_GBps * 1e9), rel=1e-9)
+    assert switch_seconds(shard.weight_bytes, DEFAULT_PARAMS, 2) == DEFAULT_PARAMS.engine_switch_s
+    for bad in (0, 3, True, "2"):
+        with pytest.raises(SpecError) as err:
+            wl.with_(gen_sleep_level=bad)
+        assert err.value.field == "gen_sleep_level"
