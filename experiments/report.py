@@ -9,40 +9,19 @@ import pandas as pd
 from experiments.framework import FIGURES, MODES, Config, Figure
 from hetrl.io import write_text_atomic
 
-#: What the cost model's second version (issue 27) moved in these figures, and why.
-COST_MODEL_V2 = [
-    "**Cost model v2 (issue 27): what moved.** The paper's presets keep the paper's tasks (no "
+#: What the cost model prices in these figures' plans, for a reader who never saw an older run.
+COST_MODEL = [
+    "**What the estimates hold.** The paper's presets keep the paper's tasks (no "
     "`actor_inference`), Megatron layouts only (`backends: [megatron]`) and the default "
-    "micro-batching, so FSDP, the old-log-prob recomputation and token budgets do not enter "
-    "these figures. Two new terms do, in every plan: a co-located rollout engine sleeps and "
-    "wakes each sync iteration (`engine_switch_s` 0.2 s + its weight shard to host memory and "
-    "back: about 0.5 s for Qwen3-8B at tp 4), and a weight sync that moves weights pays 0.7 ms "
-    "per NCCL call (327 per-tensor calls for Qwen3-8B: 0.23 s). Against the run before them "
-    "(same budgets and seeds), the ratios moved by a few percent: single-region sync HetRL / "
-    "verl 2.17-2.40 to 2.14-2.36, multi-country load balancing up to +15.9% to +15.6%, "
-    "HetRL on all 64 GPUs / 24 A100 1.42-2.01x to 1.40-1.99x, the 64-GPU scaling point "
-    "41.1 s to 43.1 s; the async ratios against verl-async moved most (multi-region-hybrid "
-    "10.03-13.50 to 11.24-18.64), because verl-async's plans sync across regions every "
-    "iteration. Every check still holds: HetRL >= every baseline in fig3 (0 of 72 cells "
-    "below) and fig10 (0 of 36), all 64 GPUs >= 24 A100 (0 of 12), fig7's Spearman >= 0.95. "
-    "With FSDP layouts in the presets' space the 3,000-evaluation searches got worse (fig4 "
-    "multi-country: 43.5 to 52.4 s per iteration with the balancer), which is why the presets "
-    "keep the paper's space (docs/search.md).",
-    "",
-    "**Cost model v2, second step: one meaning per efficiency.** The matmul efficiencies now "
-    "follow a saturating curve in the hidden size (Qwen3-8B, h 4096, is its reference; "
-    "Qwen3-4B trains at 0.79 of it), and four constants were fitted on the public set's fit "
-    "rows and the H200 kernel runs (train 0.40 to 0.44, inference 0.50 to 0.53, decode HBM "
-    "0.70 to 0.80; docs/validation.md). Megatron's communication overlap is a workload option "
-    "that the presets leave off, as Megatron does by default. Tasks got faster by 5-13%, "
-    "generation most, so the balance between tasks moved more than the ratios: single-region "
-    "sync HetRL / verl 2.14-2.36 to 2.11-2.38, HetRL on all 64 GPUs / 24 A100 1.40-1.99x to "
-    "1.38-1.98x, multi-country load balancing (a) up to +15.6% to +21.7%, fig5's best "
-    "multi-country plan at 3,000 evaluations 90.7 s to 83.5 s, the scaling figure's 64 / 256 "
-    "/ 1,024-GPU points 43.1 / 18.1 / 10.7 s to 41.1 / 16.9 / 10.0 s; the async ratios against "
-    "verl-async narrowed (multi-region-hybrid 11.24-18.64 to 10.58-11.10). Every check still "
-    "holds: 0 of 72 fig3 cells and 0 of 36 fig10 cells below a baseline, all 64 GPUs >= 24 "
-    "A100 (0 of 12), fig7's Spearman >= 0.95.",
+    "micro-batching. Every plan pays, beside its GPUs' work: a co-located rollout engine's "
+    "sleep and wake each sync iteration (`engine_switch_s` + its weight shard to host memory "
+    "and back), 0.7 ms per NCCL call of a weight sync that moves weights, and the per-step "
+    "framework costs fitted on verl's step logs (docs/cost-model.md, \"Framework costs\"): "
+    "0.7 us per padded token of the batch per task call, 21 ms per micro-batch pass, 26 us of "
+    "the rollout engine's host work per generated token. These do not shrink with more GPUs "
+    "and fall on the critical path of co-located plans in full, of disaggregated and "
+    "asynchronous ones only where tasks do not overlap. Each estimate's 80% band (docs/"
+    "validation.md) comes from the model's errors on published steps.",
     "",
 ]
 
@@ -84,7 +63,7 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "where HetRL is still improving; the baselines' own searches mostly settle early (on "
         "paper64-single-region StreamRL's best plan is its 311th evaluation).",
         "",
-        *COST_MODEL_V2,
+        *COST_MODEL,
     ]
     for name, fig in registry.items():
         table = tables.get(name)
