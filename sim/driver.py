@@ -176,12 +176,15 @@ def _apply(sim: Simulation, e, inverse: dict[int, int], delay: float, spans: lis
 
 def steady_iterations(secs: list[float], period: int) -> list[float]:
     """The iteration times (seconds) that the steady-state mean ``iteration_s`` averages: those
-    after the first (which fills the pipeline). In async mode (``period`` = staleness + 1) a
-    group sharing GPUs between generation and the other tasks runs in periods of k + 1
-    iterations (the next k generations take the GPUs first), and the last iteration has no later
-    generation to compete with: where a whole period is left, the last is dropped and the rest
-    cut to whole periods (docs/simulator.md)."""
-    after = secs[1:] if len(secs) > 1 else list(secs)
+    after the pipeline fill -- the first iteration in sync mode; in async mode (``period`` =
+    staleness + 1) the first k + 1, where a whole period remains after them (generation runs up
+    to k iterations ahead, so the iterations right after the first are short while the trainer
+    catches up). A group sharing GPUs between generation and the other tasks runs in periods of
+    k + 1 iterations (the next k generations take the GPUs first), and the last iteration has
+    no later generation to compete with: where a whole period is left, the last is dropped and
+    the rest cut to whole periods (docs/simulator.md)."""
+    fill = period if len(secs) >= 2 * period else 1
+    after = secs[fill:] if len(secs) > fill else list(secs)
     if period > 1 and len(after) > period:
         after = after[:-1]
         after = after[: len(after) // period * period]

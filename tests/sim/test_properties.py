@@ -212,9 +212,15 @@ def test_steady_iterations_are_whole_async_periods():
     from sim.driver import steady_iterations
     secs = [35.5, 11.2, 34.5, 11.3, 23.0]
     assert steady_iterations(secs, 1) == secs[1:]  # sync: the mean after the first
-    assert steady_iterations(secs, 2) == [11.2, 34.5]  # the tail left out, whole periods
-    assert steady_iterations(secs[:4], 2) == [11.2, 34.5]
-    assert steady_iterations(secs[:3], 2) == [11.2, 34.5]  # no period left after the tail
+    # after the fill of k + 1 iterations, the tail left out, whole periods
+    assert steady_iterations(secs, 2) == [34.5, 11.3]
+    assert steady_iterations(secs[:4], 2) == [34.5, 11.3]
+    # too short for a fill of k + 1 and a period: after the first, whole periods
+    assert steady_iterations(secs[:3], 2) == [11.2, 34.5]
+    # a disaggregated async plan: generation ran ahead during the fill, so the second
+    # iteration is short (verl-async on paper64-multi-continent, Qwen3-8B GRPO, 96 prompts)
+    ahead = [87.44, 35.85, 47.74, 49.09]
+    assert steady_iterations(ahead, 2) == [47.74, 49.09]
     assert steady_iterations([4.0], 2) == [4.0]
 
 
