@@ -224,8 +224,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan(args.plan, workload, cluster)
     emit(args, {"valid": True, "tasks": [p.task for p in plan.placements],
-                "devices": len(plan.device_ids)},
-         f"plan is valid: {len(plan.placements)} tasks on {len(plan.device_ids)} devices")
+                "devices": len(plan.device_ids),
+                **({"sync_relay": True} if plan.sync_relay else {})},
+         f"plan is valid: {len(plan.placements)} tasks on {len(plan.device_ids)} devices"
+         + (", weight sync relayed (one copy per remote region)" if plan.sync_relay else ""))
     return 0
 
 

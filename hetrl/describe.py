@@ -47,6 +47,12 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
         "one_way_latency_s": lat,
         "bandwidth_gbps": bandwidth,
         "nodes": nodes,
+        # per region pair: one-way ms, per-flow Gbit/s and the pair's aggregate Gbit/s (null:
+        # no cap of the pair)
+        "region_links": [{"a": link.a, "b": link.b, "latency_ms": link.latency_ms,
+                          "bandwidth_gbps": link.bandwidth_gbps,
+                          "aggregate_gbps": link.aggregate_gbps}
+                         for link in cluster.region_links],
     }
 
 
@@ -63,6 +69,16 @@ def format_cluster(info: dict[str, Any]) -> str:
         lat, bw = info["one_way_latency_s"], info["bandwidth_gbps"]
         lines.append(f"  between nodes: one-way latency {lat['min'] * 1e3:.2f}-{lat['max'] * 1e3:.2f} ms,"
                      f" bandwidth {bw['min']:.2f}-{bw['max']:.2f} Gbps")
+    links = info.get("region_links") or []
+    if links:
+        flows = [link["bandwidth_gbps"] for link in links]
+        capped = [link for link in links if link["aggregate_gbps"] is not None]
+        caps = ", ".join(f"{c['a']}<->{c['b']} {c['aggregate_gbps']:g}" for c in capped[:8])
+        more = f", ... ({len(capped)} in all)" if len(capped) > 8 else ""
+        span = f"{min(flows):g}" if min(flows) == max(flows) else f"{min(flows):g}-{max(flows):g}"
+        lines.append(f"  region links: {len(links)}, per flow {span} Gbit/s; "
+                     + (f"aggregate caps (Gbit/s, each direction): {caps}{more}" if capped
+                        else "no aggregate caps"))
     lines.append("  nodes (name: GPUs, region/zone, device ids):")
     for n in info["nodes"]:
         lo, hi = n["devices"]

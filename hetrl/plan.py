@@ -197,12 +197,18 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Plan:
-    """Task groups, per-task placements and provenance."""
+    """Task groups, per-task placements and provenance.
+
+    ``sync_relay``: the weight sync sends one copy of the generation weights into each region
+    that holds generation but no actor-training GPU, spread over that region's generation GPUs,
+    which then pass it on to each other inside the region (docs/cost-model.md, "Weight sync");
+    false: every generation GPU pulls its shard from the trainers."""
 
     groups: tuple[TaskGroup, ...]
     placements: tuple[TaskPlacement, ...]
     provenance: Provenance = field(default_factory=Provenance)
     schema_version: int = SCHEMA_VERSION
+    sync_relay: bool = False
 
     def placement(self, task: str) -> TaskPlacement:
         for p in self.placements:
@@ -235,12 +241,14 @@ class Plan:
             },
             "groups": [g.to_dict() for g in self.groups],
             "placements": [p.to_dict() for p in self.placements],
+            # (written only when set: plans without it read as before)
+            **({"sync_relay": True} if self.sync_relay else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         require(isinstance(data, Mapping), "plan", type(data).__name__, "must be a mapping")
-        known = {"schema_version", "provenance", "groups", "placements"}
+        known = {"schema_version", "provenance", "groups", "placements", "sync_relay"}
         for key in data:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         version = data.get("schema_version", SCHEMA_VERSION)
@@ -273,7 +281,8 @@ class Plan:
                 string(f"provenance.{key}", prov[key], nonempty=False)
         if prov.get("seed") is not None:
             integer("provenance.seed", prov["seed"])
-        return cls(tuple(groups), placements, Provenance(**prov), version)
+        relay = boolean("sync_relay", data.get("sync_relay", False))
+        return cls(tuple(groups), placements, Provenance(**prov), version, relay)
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -292,6 +301,7 @@ def validate_layout(model: ModelShape, tp: int, pp: int, field_name: str) -> Non
 def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
     """Raise :class:`SpecError` naming the first field of ``plan`` that does not fit."""
     tasks = workload.task_names
+    boolean("sync_relay", plan.sync_relay)
     seen_tasks: dict[str, int] = {}
     seen_devices: dict[int, int] = {}
     require(len(plan.groups) >= 1, "groups", [], "need at least one task group")

@@ -38,7 +38,7 @@ from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.rollout import generation_concurrency
-from hetrl.cost.sync import weight_sync_pulls
+from hetrl.cost.sync import weight_sync_transfers
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.shares import split_counts
 from hetrl.spec.cluster import ClusterSpec
@@ -96,14 +96,17 @@ class Simulation:
                                                  for stage in replica),
                                    L.seq_mean, workload.gen_max_concurrency)
             for replica in gen.devices]
-        self.pulls, self.local_copies = weight_sync_pulls(
+        # the weight sync's pulls and local copies, then (plan.sync_relay) the fan-out inside
+        # each remote region, as the cost model prices them
+        self.pulls, self.fan_out, self.local_copies = weight_sync_transfers(
             gen, shapes, self.placements["actor_training"], cluster, params,
             shared_in_place=workload.mode == "sync"
-            and self.placements["actor_training"].backend != "fsdp")
+            and self.placements["actor_training"].backend != "fsdp", relay=plan.sync_relay)
         # the sync's NCCL call overhead and the co-located engine's sleep and wake, as priced
         devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
         self.sync_overhead_s = sum(self.model.sync_overheads(
-            gen, self.model.weight_sync_seconds(gen, self.placements["actor_training"]),
+            gen, self.model.weight_sync_seconds(gen, self.placements["actor_training"],
+                                                plan.sync_relay),
             devices))
         self.stage_names = [[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)]
 
@@ -459,11 +462,16 @@ class Simulation:
             procs.append(self.env.timeout(max(t for _, t in self.local_copies)))
         if procs:
             yield simpy.AllOf(self.env, procs)
+        if self.fan_out:  # the relay: once every pull has ended, the rings in remote regions
+            yield simpy.AllOf(self.env, [
+                self.env.process(self.move(src, dst, b, "weight_sync", it, "weights relayed"))
+                for src, dst, b in self.fan_out])
         if self.sync_overhead_s > 0:
             yield self.env.timeout(self.sync_overhead_s)
-        devices = sorted({d for _, d, _ in self.pulls} | {d for d, _ in self.local_copies})
+        devices = sorted({d for _, d, _ in self.pulls} | {d for _, d, _ in self.fan_out}
+                         | {d for d, _ in self.local_copies})
         self.span("weight_sync", "task", "weight_sync", it, start, devices,
-                  sum(b for _, _, b in self.pulls))
+                  sum(b for _, _, b in self.pulls + self.fan_out))
 
     # --- the loop ---
     def run(self, iterations: int, stop: simpy.Event | None = None) -> None:

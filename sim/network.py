@@ -5,9 +5,11 @@ bytes at a rate that is recomputed whenever a flow starts or ends (progressive f
 flow gets an equal share of its most contended resource, capped by its own per-flow bandwidth --
 the cluster topology's path bandwidth). Resources: each node's uplink out and in (the NIC, or an
 edge node's slow uplink) for flows between nodes, each device's intra-node link out and in for
-flows inside a node. All capacities are scaled by the link efficiency of the cost model (one
-source of truth for hardware speed). Link faults scale a region pair's per-flow bandwidth and add
-latency from the moment they happen.
+flows inside a node, and each direction of a region pair with an aggregate cap
+(``RegionLink.aggregate_gbps``) for every flow routed over that pair. All capacities are scaled
+by the link efficiency of the cost model (one source of truth for hardware speed; a region pair
+by the smallest among its two regions' devices). Link faults scale a region pair's per-flow
+bandwidth (and its aggregate, on a direct link) and add latency from the moment they happen.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ class Network:
             self.capacity[("dout", d.id)] = d.gpu.intra_link_gbps * 1e9 * self.eff[d.id]
             self.capacity[("din", d.id)] = d.gpu.intra_link_gbps * 1e9 * self.eff[d.id]
         self.region_of = [d.region for d in cluster.devices]
+        # each direction of a capped region pair: its aggregate x the smallest link efficiency
+        # of the devices of its two regions (as the cost model's term)
+        regions = cluster.regions
+        self.pair_names = [(regions[a], regions[b]) for a, b in topo.pair_regions]
+        low: dict[str, float] = {}
+        for d in cluster.devices:
+            low[d.region] = min(low.get(d.region, 1.0), self.eff[d.id])
+        for r, (cap, (a, b)) in enumerate(zip(topo.pair_cap_Bps.tolist(), self.pair_names,
+                                              strict=True)):
+            self.capacity[("pair", r)] = cap * min(low[a], low[b])
         self.faults: list[LinkFault] = []
         self.flows: list[Flow] = []
         self.last = env.now
@@ -113,7 +125,8 @@ class Network:
         if na == nb:
             resources = (("dout", src), ("din", dst))
         else:
-            resources = (("out", na), ("in", nb))
+            resources = (("out", na), ("in", nb)) + tuple(
+                ("pair", r) for r in self.cluster.topology.pairs_between(src, dst))
             key = (self.cluster.nodes[na].name, self.cluster.nodes[nb].name)
             self.stats.bytes_between_nodes[key] = (self.stats.bytes_between_nodes.get(key, 0.0)
                                                    + nbytes * weight)
@@ -142,7 +155,8 @@ class Network:
                 f.cap *= fault.bandwidth_factor
             for r in f.resources:
                 users[r] = users.get(r, 0) + f.weight
-        left = {r: self.capacity[r] for r in users}
+        left = {r: self.capacity[r] * self._pair_factor(r) if r[0] == "pair" else self.capacity[r]
+                for r in users}
         active = list(self.flows)
         while active:
             share = {r: left[r] / n for r, n in users.items() if n > 0}
@@ -160,6 +174,15 @@ class Network:
             active = rest
         if notify and not self.wake.triggered:
             self.wake.succeed()
+
+    def _pair_factor(self, resource: tuple) -> float:
+        """The faults' bandwidth factors on a capped region pair (a direct link's)."""
+        a, b = self.pair_names[resource[1]]
+        factor = 1.0
+        for fault in self.faults:
+            if {a, b} == {fault.a, fault.b}:
+                factor *= fault.bandwidth_factor
+        return factor
 
     def describe(self, f: Flow) -> str:
         """A flow's link in words: devices, nodes, regions, and the faults on it."""

@@ -8,8 +8,10 @@ The flows are those the simulator replays (sim/engine.py), at the batch's expect
   contiguous runs by data share, so generation replica g sends consumer replica r the overlap of
   their runs (a fraction of the batch) times ``samples x E[prompt + response] x`` bytes per
   token (:data:`~hetrl.cost.model_transfers.DATA_BYTES_PER_TOKEN`), to the replica's first device;
-- ``weight sync``: the pulls of :func:`~hetrl.cost.sync.weight_sync_pulls` (source, destination,
-  bytes) from actor training to generation;
+- ``weight sync``: the transfers of :func:`~hetrl.cost.sync.weight_sync_transfers` (source,
+  destination, bytes) from actor training to generation: every generation GPU's pulls, or with
+  the plan's ``sync_relay`` one copy per remote region (its slices pulled by that region's
+  generation GPUs) plus the fan-out inside the region;
 - ``DP ring``: a Megatron training task's gradient reduce-scatter and parameter all-gather, one
   ring per (stage, tp rank) over the replicas in node order, each ring edge carrying
   (n - 1) / n of the stage's gradient and parameter bytes, once per optimizer step; an FSDP task's ring gathers weights and
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.sync import weight_sync_pulls
+from hetrl.cost.sync import weight_sync_transfers
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -127,8 +129,9 @@ def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
                     flows += _ring_flows(members, nbytes, p.task)
     train = plan.placement("actor_training")
     shared = workload.mode == "sync" and train.backend != "fsdp"
-    pulls, _ = weight_sync_pulls(gen, model.shapes(gen.task, gen), train, cluster, params, shared)
-    flows += [Flow("weight sync", "weight_sync", s, d, b) for s, d, b in pulls]
+    pulls, fan_out, _ = weight_sync_transfers(gen, model.shapes(gen.task, gen), train, cluster,
+                                              params, shared, plan.sync_relay)
+    flows += [Flow("weight sync", "weight_sync", s, d, b) for s, d, b in pulls + fan_out]
     return flows
 
 

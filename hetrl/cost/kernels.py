@@ -40,7 +40,8 @@ def compiled(fn):
 def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need: np.ndarray,
                       latency: np.ndarray, bandwidth: np.ndarray, link_eff: np.ndarray,
                       hbm_eff: np.ndarray, own_local: bool, gpu_link: np.ndarray,
-                      node_of: np.ndarray, uplink: np.ndarray
+                      node_of: np.ndarray, uplink: np.ndarray, region_of: np.ndarray,
+                      pair_route: np.ndarray, pair_cap: np.ndarray
                       ) -> tuple[float, np.ndarray, np.ndarray]:
     """The weight sync's slowest term (seconds) and the source each pull takes.
 
@@ -50,15 +51,19 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
     ``link_eff``, ``hbm_eff`` (effective HBM bytes/s), ``gpu_link`` (effective NVLink/PCIe
     bytes/s) per device; ``own_local``: a destination that is one of a stage's sources copies
     locally over HBM (2 x bytes; training tp = 1) rather than never pulling from itself;
-    ``node_of`` per device and ``uplink`` per node (bytes/s).
+    ``node_of`` per device and ``uplink`` per node (bytes/s); ``region_of`` per device,
+    ``pair_route`` (region, region, hop) the directed capped region pairs on the route between
+    two regions (-1 padded) and ``pair_cap`` their effective aggregates (bytes/s; empty: no
+    pair has a cap, and the two others are not read).
 
     A pull's time is latency + bytes / (bandwidth x link efficiency of the destination); each
     destination takes, among the sources within 1% of its quickest, the least loaded so far
     (bytes sent; the first in source order on ties), destinations in order, stage by stage.
     The answer is the largest of the slowest chosen pull, every device's bytes out and in over
-    its GPU link and every node's bytes out and in (across nodes) over its uplink x the
-    smallest destination link efficiency. Returns (seconds, and per (stage, destination) the
-    index of the chosen source and that pull's seconds)."""
+    its GPU link, every node's bytes out and in (across nodes) over its uplink x the
+    smallest destination link efficiency and every capped region pair's bytes (each direction)
+    over its aggregate. Returns (seconds, and per (stage, destination) the index of the chosen
+    source and that pull's seconds)."""
     n_stages, n_src = src.shape
     n_dst = dst.size
     n_dev = node_of.size
@@ -70,6 +75,7 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
     dev_in = np.zeros(n_dev)
     node_out = np.zeros(uplink.size)
     node_in = np.zeros(uplink.size)
+    pair_load = np.zeros(pair_cap.size)
     eff_min = np.inf
     for k in range(n_dst):
         if link_eff[dst[k]] < eff_min:
@@ -110,22 +116,87 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
                 if node_of[a] != node_of[d]:
                     node_out[node_of[a]] += b
                     node_in[node_of[d]] += b
+                    if pair_cap.size:
+                        _add_pair_load(pair_load, region_of[a], region_of[d], b, pair_route)
     for a in range(n_dev):
         worst = max(worst, dev_out[a] / gpu_link[a], dev_in[a] / gpu_link[a])
     for n in range(uplink.size):
         nic = uplink[n] * eff_min
         worst = max(worst, node_out[n] / nic, node_in[n] / nic)
+    for r in range(pair_cap.size):
+        worst = max(worst, pair_load[r] / pair_cap[r])
     return worst, best, chosen
+
+
+@compiled
+def _add_pair_load(pair_load: np.ndarray, ra: int, rb: int, nbytes: float,
+                   pair_route: np.ndarray) -> None:
+    """Add ``nbytes`` to every capped region pair on the route from region ``ra`` to ``rb``."""
+    if ra != rb:
+        for h in range(pair_route.shape[2]):
+            r = pair_route[ra, rb, h]
+            if r < 0:
+                break
+            pair_load[r] += nbytes
+
+
+@compiled
+def transfers_seconds(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                      latency: np.ndarray, bandwidth: np.ndarray, link_eff: np.ndarray,
+                      gpu_link: np.ndarray, node_of: np.ndarray, uplink: np.ndarray,
+                      region_of: np.ndarray, pair_route: np.ndarray,
+                      pair_cap: np.ndarray) -> float:
+    """Seconds of concurrent flows ``src[i]`` -> ``dst[i]`` of ``nbytes[i]`` bytes (the weight
+    sync's local fan-out), priced as :func:`weight_sync_pulls` prices its chosen pulls: the
+    largest of the slowest flow (latency + bytes / (bandwidth x the destination's link
+    efficiency)), every device's bytes out and in over its GPU link, every node's bytes out and
+    in (across nodes) over its uplink x the smallest destination link efficiency and every
+    capped region pair's bytes over its aggregate. 0 with no flows."""
+    n_dev = node_of.size
+    dev_out = np.zeros(n_dev)
+    dev_in = np.zeros(n_dev)
+    node_out = np.zeros(uplink.size)
+    node_in = np.zeros(uplink.size)
+    pair_load = np.zeros(pair_cap.size)
+    eff_min = np.inf
+    for k in range(dst.size):
+        if link_eff[dst[k]] < eff_min:
+            eff_min = link_eff[dst[k]]
+    worst = 0.0
+    for k in range(src.size):
+        a, d, b = src[k], dst[k], nbytes[k]
+        if a == d or b <= 0:
+            continue
+        t = latency[a, d] + b / (bandwidth[a, d] * link_eff[d])
+        if t > worst:
+            worst = t
+        dev_out[a] += b
+        dev_in[d] += b
+        if node_of[a] != node_of[d]:
+            node_out[node_of[a]] += b
+            node_in[node_of[d]] += b
+            if pair_cap.size:
+                _add_pair_load(pair_load, region_of[a], region_of[d], b, pair_route)
+    for a in range(n_dev):
+        worst = max(worst, dev_out[a] / gpu_link[a], dev_in[a] / gpu_link[a])
+    for n in range(uplink.size):
+        nic = uplink[n] * eff_min
+        worst = max(worst, node_out[n] / nic, node_in[n] / nic)
+    for r in range(pair_cap.size):
+        worst = max(worst, pair_load[r] / pair_cap[r])
+    return worst
 
 
 @compiled
 def weight_sync_seconds(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need: np.ndarray,
                         latency: np.ndarray, bandwidth: np.ndarray, link_eff: np.ndarray,
                         hbm_eff: np.ndarray, own_local: bool, gpu_link: np.ndarray,
-                        node_of: np.ndarray, uplink: np.ndarray) -> float:
+                        node_of: np.ndarray, uplink: np.ndarray, region_of: np.ndarray,
+                        pair_route: np.ndarray, pair_cap: np.ndarray) -> float:
     """The seconds of :func:`weight_sync_pulls` alone (its arrays stay in compiled code)."""
     return weight_sync_pulls(src, dst, nbytes, need, latency, bandwidth, link_eff, hbm_eff,
-                             own_local, gpu_link, node_of, uplink)[0]
+                             own_local, gpu_link, node_of, uplink, region_of, pair_route,
+                             pair_cap)[0]
 
 
 # --- collectives ----------------------------------------------------------------------------

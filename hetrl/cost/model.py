@@ -262,13 +262,15 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         if check:
             validate(plan, self.workload, self.cluster)
         self.evaluations += 1
-        cached = self._plans.get(plan.placements)
+        # (the placements alone key a plan without the relay: the common case stays cheap)
+        key = (plan.placements, True) if plan.sync_relay else plan.placements
+        cached = self._plans.get(key)
         if cached is not None:
             return cached
         if self._own.full():
             self.clear_memos()
         est = self._estimate(plan)
-        self._plans[plan.placements] = est
+        self._plans[key] = est
         return est
 
     def memo_entries(self) -> int:
@@ -295,7 +297,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         memory = MemoryReport(tuple([(g.peak_ids, g.peak_bytes) for g in groups]),
                               tuple([(g.over, g.over_bytes) for g in groups if g.over.size]),
                               self._gpus)
-        data_s = self._weight_sync(gen, placements["actor_training"])
+        data_s = self._weight_sync(gen, placements["actor_training"], plan.sync_relay)
         devices = {t: d for g in groups for t, d in g.device_sets}
         calls_s, switch_s = self.sync_overheads(gen, data_s, devices)
         sync_s = data_s + calls_s + switch_s

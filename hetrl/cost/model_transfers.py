@@ -12,7 +12,7 @@ from hetrl.cost.kernels import dp_link_table, fan_in_link_facts
 from hetrl.cost.memo import topology_memoised
 from hetrl.cost.primitives import GroupLinks, links_from_row
 from hetrl.cost.rollout import switch_seconds, sync_call_seconds
-from hetrl.cost.sync import weight_sync_time
+from hetrl.cost.sync import pair_factors, weight_sync_time
 from hetrl.plan import Grid, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 
@@ -48,30 +48,62 @@ class TransferTerms:
                 t = link[0] + samples * share * seq_mean * per_token / (link[1] * eff)
                 if t > worst:
                     worst = t
+        if self.cluster.topology.has_aggregate:
+            worst = max(worst, self._pair_bound(gen, p, src, dst, samples * seq_mean * per_token))
         self._last_transfer = (gen, kind, p.devices, p.data_shares, worst)
         return worst
 
-    def weight_sync_seconds(self, gen: TaskPlacement, train: TaskPlacement) -> float:
-        """Seconds of moving the trained weights of ``train`` into the engine of ``gen`` (the
-        bytes; the calls' overhead and the engine switch: :meth:`sync_overheads`)."""
-        return self._weight_sync(gen, train)
+    def _pair_bound(self, gen: TaskPlacement, p: TaskPlacement, src: tuple[int, ...],
+                    dst: tuple[int, ...], nbytes: float) -> float:
+        """The rollout data's bound by the region pairs' aggregates (seconds): generation
+        replica g sends replica r of ``p`` the overlap of their runs of the batch (``nbytes``
+        in all, from ``src[g]`` to ``dst[r]``, as :func:`hetrl.cost.flows.rollout_flows`
+        counts), and every capped pair carries the bytes of the flows routed over it (each
+        direction)."""
+        topo = self.cluster.topology
+        caps = pair_factors(self.cluster, self.params)[2]
+        load = np.zeros(caps.size)
+        lo_g = 0.0
+        for g_share, a in zip(gen.data_shares, src, strict=True):
+            hi_g, lo_r = lo_g + g_share, 0.0
+            for r_share, b in zip(p.data_shares, dst, strict=True):
+                hi_r = lo_r + r_share
+                frac = min(hi_g, hi_r) - max(lo_g, lo_r)
+                if frac > 0:
+                    for r in topo.pairs_between(a, b):
+                        load[r] += frac * nbytes
+                lo_r = hi_r
+            lo_g = hi_g
+        return float((load / caps).max()) if caps.size else 0.0
 
-    def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement) -> float:
+    def weight_sync_seconds(self, gen: TaskPlacement, train: TaskPlacement,
+                            relay: bool = False) -> float:
+        """Seconds of moving the trained weights of ``train`` into the engine of ``gen`` (the
+        bytes; the calls' overhead and the engine switch: :meth:`sync_overheads`); ``relay``:
+        one copy per remote region and a local fan-out (``Plan.sync_relay``)."""
+        return self._weight_sync(gen, train, relay)
+
+    def _weight_sync(self, gen: TaskPlacement, train: TaskPlacement, relay: bool = False) -> float:
         """Seconds of the weight sync: a pure function of the two device grids and layer splits
         (not of the data shares), memoised per cluster. From an FSDP trainer the shards are
         first all-gathered over its group (as verl's state-dict gather does); then, like a
         Megatron replica's, each rank's full copy is a source, never shared in place."""
         key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage,
                train.backend)
+        if relay:
+            key += (True,)
         out = self._sync.get(key)
         if out is None:
             shapes = self.shapes(gen.task, gen)
             fsdp = train.backend == "fsdp"
             shared = self.workload.mode == "sync" and not fsdp
             extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared)
+            if relay:
+                extra += (True,)
             out = topology_memoised(
                 self.cluster, "weight_sync", (gen.devices, train.devices, extra),
-                lambda: weight_sync_time(gen, shapes, train, self.cluster, self.params, shared))
+                lambda: weight_sync_time(gen, shapes, train, self.cluster, self.params, shared,
+                                         relay))
             if fsdp:
                 out += self._fsdp_comm_and_optimizer(train, self.shapes(train.task, train))[0][1]
             self._sync[key] = out

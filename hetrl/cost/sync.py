@@ -11,8 +11,17 @@ keeps its own copy; read and written, 2 x the shard's bytes over HBM). A device 
 another layout holds a different shard and fetches its generation shard from another training
 device (no partial reuse), unless it trains a whole replica (tp = pp = 1): then a local copy.
 Concurrent pulls share node NICs: the time is the largest of the slowest single pull, every
-node's bytes in or out over its uplink (NIC, or an edge node's slow link) and every device's
-bytes in or out over its GPU link (NVLink/PCIe).
+node's bytes in or out over its uplink (NIC, or an edge node's slow link), every device's
+bytes in or out over its GPU link (NVLink/PCIe) and every capped region pair's bytes (each
+direction) over its aggregate (``RegionLink.aggregate_gbps`` x link efficiency).
+
+With the relay (``Plan.sync_relay``), in each region that holds generation but no actor-training
+GPU, the generation GPUs of one shard (one (stage, tp rank) of the generation layout; one per
+replica there) each pull 1/m of it (m of them), so one copy crosses into the region, spread over
+their NICs; then they pass the slices round a ring inside the region (each ring edge carries
+(m - 1)/m of the shard: a ring all-gather). The relay's time is the pulls' (as above) plus the
+fan-out's, priced the same way (:func:`hetrl.cost.kernels.transfers_seconds`), and the
+simulator replays the two lists in that order.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetrl.cost.flops import StageShape
+from hetrl.cost.kernels import transfers_seconds as _fan_out_kernel
 from hetrl.cost.kernels import weight_sync_pulls as _pulls_kernel
 from hetrl.cost.kernels import weight_sync_seconds as _seconds_kernel
 from hetrl.cost.memo import SYNC_NEEDS, topology_memoised
@@ -28,19 +38,65 @@ from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 
+Transfer = tuple[int, int, float]  # (source device, destination device, bytes)
+
 
 def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
-                     cluster: ClusterSpec, params: CostParams, shared_in_place: bool) -> float:
-    """Seconds to move the actor's new weights into the generation engine."""
-    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place, False)[0]
+                     cluster: ClusterSpec, params: CostParams, shared_in_place: bool,
+                     relay: bool = False) -> float:
+    """Seconds to move the actor's new weights into the generation engine (``relay``: one copy
+    per remote region, then a local fan-out; see the module)."""
+    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place, False,
+                        relay)[0]
 
 
 def weight_sync_pulls(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
                       cluster: ClusterSpec, params: CostParams, shared_in_place: bool
-                      ) -> tuple[list[tuple[int, int, float]], list[tuple[int, float]]]:
-    """The transfers a weight sync makes: (source, destination, bytes) pulls between devices and
-    (device, seconds) local copies -- what the simulator replays."""
-    return _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place, True)[1:]
+                      ) -> tuple[list[Transfer], list[tuple[int, float]]]:
+    """The transfers a weight sync without relay makes: (source, destination, bytes) pulls
+    between devices and (device, seconds) local copies."""
+    _, pulls, _, local = _weight_sync(gen, gen_shapes, train, cluster, params, shared_in_place,
+                                      True, False)
+    return pulls, local
+
+
+def weight_sync_transfers(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...],
+                          train: TaskPlacement, cluster: ClusterSpec, params: CostParams,
+                          shared_in_place: bool, relay: bool = False
+                          ) -> tuple[list[Transfer], list[Transfer], list[tuple[int, float]]]:
+    """The transfers a weight sync makes, what the simulator replays: the pulls (source,
+    destination, bytes) and the local copies (device, seconds), all at once, then -- with
+    ``relay`` -- the local fan-out (source, destination, bytes) once every pull has ended."""
+    _, pulls, fan_out, local = _weight_sync(gen, gen_shapes, train, cluster, params,
+                                            shared_in_place, True, relay)
+    return pulls, fan_out, local
+
+
+def pair_factors(cluster: ClusterSpec, params: CostParams
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device its region index, the capped region pairs on each route and their effective
+    aggregates (bytes/s: the cap x the smallest link efficiency of the two regions' devices,
+    as the simulator's resource; see :func:`pair_capacities`), for the kernels."""
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        topo = cluster.topology
+        caps = pair_capacities(cluster, params)
+        caps.setflags(write=False)
+        return topo.region_of, topo.pair_route, caps
+    return topology_memoised(cluster, "sync_pair_factors", params, compute)
+
+
+def pair_capacities(cluster: ClusterSpec, params: CostParams) -> np.ndarray:
+    """Per directed capped region pair (:attr:`Topology.pair_cap_Bps`) its effective aggregate,
+    bytes/s: the cap x the smallest link efficiency among the devices of its two regions (the
+    simulator's resource and the cost model's term alike)."""
+    topo = cluster.topology
+    if not topo.has_aggregate:
+        return np.zeros(0)
+    link = device_efficiency(cluster, params, "link")
+    per_region = [min((float(e) for e, r in zip(link, topo.region_of, strict=True) if r == i),
+                      default=1.0) for i in range(len(cluster.regions))]
+    return np.array([cap * min(per_region[a], per_region[b])
+                     for cap, (a, b) in zip(topo.pair_cap_Bps, topo.pair_regions, strict=True)])
 
 
 def _device_factors(cluster: ClusterSpec, params: CostParams
@@ -60,35 +116,45 @@ def _device_factors(cluster: ClusterSpec, params: CostParams
 
 def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,
                  cluster: ClusterSpec, params: CostParams, shared_in_place: bool,
-                 transfers: bool = True
-                 ) -> tuple[float, list[tuple[int, int, float]], list[tuple[int, float]]]:
-    """(seconds, pulls, local copies); ``transfers`` False skips building the two lists."""
+                 transfers: bool = True, relay: bool = False
+                 ) -> tuple[float, list[Transfer], list[Transfer], list[tuple[int, float]]]:
+    """(seconds, pulls, fan-out, local copies); ``transfers`` False skips building the lists."""
     if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage:
         if shared_in_place:
-            return 0.0, [], []
+            return 0.0, [], [], []
         # a device-local copy reads and writes the shard: 2 x its bytes over HBM
         local = [(d, 2 * s.weight_bytes / (cluster.topology.hbm_Bps[d] * params.efficiency(
                      cluster.devices[d].gpu.name, "hbm")))
                  for replica in gen.devices for s, stage in zip(gen_shapes, replica, strict=True)
                  for d in stage]
-        return max(t for _, t in local), [], local
+        return max(t for _, t in local), [], [], local
     topo = cluster.topology
     link_eff, hbm_eff, gpu_link = _device_factors(cluster, params)
     dst = gen.device_array
     stages, nbytes, need = _stage_needs(gen, gen_shapes, train)
     if not stages:
-        return 0.0, [], []
+        return 0.0, [], [], []
+    fan: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    if relay:
+        scale, fan = _relay(gen, train, cluster, nbytes)
+        if fan is not None:
+            nbytes = nbytes * scale  # each member of a shard's ring pulls its slice
     grid = np.asarray(train.device_array).reshape(train.dp, train.pp, train.tp)
     src = np.ascontiguousarray(grid[:, stages, :].transpose(1, 0, 2).reshape(len(stages), -1))
     # A device that trains a stage holds its layers: a local copy if it holds them whole
     # (tp = 1); with tp > 1 it holds one slice and fetches the rest from another device
     # (conservative: no partial reuse). Pulls spread over a stage's equally quick devices.
+    pairs = pair_factors(cluster, params) if topo.has_aggregate else _NO_PAIRS
     args = (src, dst, nbytes, need, topo.latency_s, topo.bandwidth_Bps, link_eff, hbm_eff,
-            train.tp == 1, gpu_link, topo.node_of, topo.uplink_Bps)
+            train.tp == 1, gpu_link, topo.node_of, topo.uplink_Bps, *pairs)
+    fan_s = 0.0
+    if fan is not None:
+        fan_s = _fan_out_kernel(*fan, topo.latency_s, topo.bandwidth_Bps, link_eff, gpu_link,
+                                topo.node_of, topo.uplink_Bps, *pairs)
     if not transfers:
-        return _seconds_kernel(*args), [], []
+        return _seconds_kernel(*args) + fan_s, [], [], []
     worst, best, chosen = _pulls_kernel(*args)
-    pulls: list[tuple[int, int, float]] = []
+    pulls: list[Transfer] = []
     local: list[tuple[int, float]] = []
     for s, row in enumerate(best.tolist()):  # stage-major, then destination
         for k, i in enumerate(row):
@@ -98,7 +164,50 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
                     pulls.append((s_dev, d_dev, float(nbytes[s, k])))
                 else:
                     local.append((d_dev, float(chosen[s, k])))
-    return worst, pulls, local
+    fan_out = [] if fan is None else [(int(a), int(b), float(n)) for a, b, n in zip(
+        *(x.tolist() for x in fan), strict=True)]
+    return worst + fan_s, pulls, fan_out, local
+
+
+#: The kernels' region-pair arguments when no pair has a cap (not read).
+_NO_PAIRS = (np.zeros(0, dtype=np.int64), np.full((0, 0, 1), -1, dtype=np.int64), np.zeros(0))
+
+
+def _relay(gen: TaskPlacement, train: TaskPlacement, cluster: ClusterSpec, nbytes: np.ndarray
+           ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """The relay of a weight sync (see the module): per generation device (``gen.device_array``
+    order) the share of its shard it pulls (1 / m, m the devices of its shard in its region,
+    for regions without an actor-training device; else 1), and the fan-out as (sources,
+    destinations, bytes) arrays: per such shard and region with m >= 2 a ring over its devices
+    in (node, id) order, each edge carrying (m - 1) / m of the shard. None for the fan-out when
+    no region holds a shard twice (the relay is then the plain pulls)."""
+    topo = cluster.topology
+    region, node = topo.region_of, topo.node_of
+    home = {int(region[d]) for d in train.device_ids}
+    per_replica = gen.pp * gen.tp
+    rings: dict[tuple[int, int], list[int]] = {}
+    for k, d in enumerate(gen.device_ids):
+        r = int(region[d])
+        if r not in home:  # k % per_replica: the shard's (stage, tp rank) in its replica
+            rings.setdefault((r, k % per_replica), []).append(k)
+    scale = np.ones(len(gen.device_ids))
+    src, dst, moved = [], [], []
+    shard = nbytes.sum(axis=0)  # bytes of each destination's whole shard
+    for ks in rings.values():
+        m = len(ks)
+        if m < 2:
+            continue
+        scale[ks] = 1.0 / m
+        ring = sorted((gen.device_ids[k] for k in ks), key=lambda d: (int(node[d]), d))
+        per_edge = float(shard[ks[0]]) * (m - 1) / m
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            src.append(a)
+            dst.append(b)
+            moved.append(per_edge)
+    if not src:
+        return scale, None
+    return scale, (np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+                   np.array(moved))
 
 
 def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement

@@ -403,6 +403,11 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
                    "differently (trainer.v1.sampler.max_off_policy_threshold); not exported")
     if workload.reward == "model" and not workload.model("reward").name.startswith("Qwen3-"):
         out.append("the reward model's path is not exported (reward.reward_model.model_path)")
+    if plan.sync_relay:
+        out.append("the weight sync's relay (sync_relay: one copy into each region without "
+                   "training, then a fan-out inside it) is not exported: verl has no relay, "
+                   "every rollout GPU pulls its weights from the trainer; the closest plan is "
+                   "priced without it")
     if not workload.recompute_logprobs:
         out.append("the workload does not recompute old log-probs (recompute_logprobs: false); "
                    "verl does (actor compute_log_prob): both estimates leave it out")

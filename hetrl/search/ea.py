@@ -169,6 +169,11 @@ class Arm:
         self.swaps = swaps
         self.load_balance = o.load_balance
         self.p_sub = o.p_sub  # share of layout mutations that draw a part-of-group layout
+        #: whether the search tries the weight sync's relay (a plan-wide gene, flipped by
+        #: mutation with probability ``p_relay`` and once per tuning sweep and polish pass):
+        #: only where a region holds no training, i.e. on clusters of two or more regions
+        self.p_relay = o.p_relay
+        self.relay_gene = o.p_relay > 0 and len(model.cluster.regions) > 1
         #: the polish's pair splits: from how many of the best split shapes, and how many
         #: greedy sweeps over the other tasks' options from each
         self.split_starts, self.split_sweeps = o.split_starts, o.split_sweeps
@@ -362,6 +367,8 @@ class Arm:
 
     def mutate(self, g: Genotype) -> Genotype:
         rng, f = self.rng, self.facts
+        if self.relay_gene and rng.random() < self.p_relay:  # (no draw on one region)
+            return g.with_relay(not g.sync_relay)
         order = list(g.order)
         bounds, start = [], 0
         for n in self.sizes:
@@ -435,7 +442,8 @@ class Arm:
              sweeps: int = 1, tasks: tuple[str, ...] | None = None
              ) -> tuple[float, Genotype, bool]:
         """Coordinate descent over the full-group layouts from ``start`` (fitness, genotype):
-        each task (of ``tasks``, default all) in turn keeps its best layout given the others',
+        with the relay gene, first the relay flipped; then each task (of ``tasks``, default
+        all) in turn keeps its best layout given the others',
         for at most ``sweeps`` sweeps (stopping early once one improves nothing) and ``cap``
         evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (about 90 for
         Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the warm start
@@ -447,6 +455,11 @@ class Arm:
         try:
             for _ in range(sweeps):
                 improved = False
+                if self.relay_gene and self.evaluations < stop:  # the relay flipped
+                    h = state[1].with_relay(not state[1].sync_relay)
+                    f = self.fitness(ev, h)
+                    if f < state[0]:
+                        state[0], state[1], improved = f, h, True
                 if tasks is None:  # a sweep over every task starts with the shared moves
                     for shared, options in self.shared_moves:
                         for lay in options:
@@ -479,7 +492,7 @@ class Arm:
         """Evaluations of one :meth:`tune` sweep: every task's (of ``tasks``) full-group
         layouts but its own, and with all tasks, the shared moves."""
         own = sum(len(opts) - 1 for t, opts in self.layout_options.items()
-                  if tasks is None or t in tasks)
+                  if tasks is None or t in tasks) + int(self.relay_gene)
         if tasks is not None:
             return own
         return own + sum(len(options) for _, options in self.shared_moves)

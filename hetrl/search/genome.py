@@ -4,7 +4,8 @@ A genotype fixes every level: ``groups`` (level 1), ``sizes`` (level 2), ``order
 permutation of device ids whose consecutive slices of ``sizes`` are the groups' GPU sets (level 3)
 and whose order inside a slice is the tasklet order (level 5) -- and ``layouts`` per task
 (level 4), with a per-task ``offsets`` into its group's slice (level 5: tasks of one group may use
-different devices of it). Devices after the last slice are unused. Decoding fills each task's (dp, pp, tp) grid
+different devices of it), and the plan's ``sync_relay`` (the weight sync's relay, a plan-wide
+gene). Devices after the last slice are unused. Decoding fills each task's (dp, pp, tp) grid
 from its group's slice, tp innermost, then load-balances (data shares and layer splits).
 """
 
@@ -30,6 +31,9 @@ class Genotype:
     #: (task, offset): the task's devices start this far into its group's slice (wrapping), so
     #: tasks of one group can use different devices of it (level 5); absent means 0.
     offsets: tuple[tuple[str, int], ...] = ()
+    #: the plan's ``sync_relay``: one copy of the weights per remote region, then a local
+    #: fan-out (docs/cost-model.md, "Weight sync")
+    sync_relay: bool = False
 
     def slices(self) -> list[tuple[int, ...]]:
         out, start = [], 0
@@ -55,6 +59,9 @@ class Genotype:
 
     def with_order(self, order: tuple[int, ...]) -> Genotype:
         return replace(self, order=order)
+
+    def with_relay(self, relay: bool) -> Genotype:
+        return replace(self, sync_relay=relay)
 
     def with_offset(self, task: str, offset: int) -> Genotype:
         rest = tuple((t, o) for t, o in self.offsets if t != task)
@@ -93,7 +100,8 @@ def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
                                         partial(_on_host, model, by_task[t], by_task[host],
                                                 load_balance))
     order = {t: i for i, t in enumerate(wl.task_names)}
-    return Plan(tuple(groups), tuple(sorted(by_task.values(), key=lambda p: order[p.task])))
+    return Plan(tuple(groups), tuple(sorted(by_task.values(), key=lambda p: order[p.task])),
+                sync_relay=g.sync_relay)
 
 
 def _on_host(model: CostModel, p: TaskPlacement, host: TaskPlacement,

@@ -151,6 +151,11 @@ class SHAOptions:
     #: share of layout mutations that draw a part-of-group layout (GPUs of the group idle for
     #: that task)
     p_sub: float = 0.15
+    #: probability that a mutation flips the plan's ``sync_relay`` (the weight sync's one copy
+    #: per remote region); the tuning sweeps and polish passes also try the flip once each.
+    #: Only on clusters of two or more regions (elsewhere the relay changes nothing); 0: the
+    #: search never tries the relay
+    p_relay: float = 0.05
 
     # --- the polish (coordinate descent on levels 4-5) ---
     #: polish the finalists (coordinate descent; see docs/search.md)
@@ -182,7 +187,7 @@ class SHAOptions:
     polish_chunks: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub"):
+        for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub", "p_relay"):
             _fraction(f"hetrl option {name}", getattr(self, name))
         _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
         for name, low in (("population", 2), ("warm_tuned", 0), ("split_starts", 1),

@@ -1,6 +1,7 @@
 """The polish (our addition to SHA-EA): coordinate descent on levels 4-5 from an arm's best
-genotype, run by SHA-EA's final phase. A pass: a quick sweep over each task's full-group
-layouts, then each group's GPUs put in blocks of one type, pairs (then triples) of independent
+genotype, run by SHA-EA's final phase. A pass: the weight sync's relay flipped (on clusters of
+several regions), a quick sweep over each task's full-group layouts, then each group's GPUs put
+in blocks of one type, pairs (then triples) of independent
 tasks of a group split over consecutive windows of it (the tasks taking turns at their
 layouts), then each task's (layout, offset) over the full-group and the aligned part-of-group
 layouts. What it finds joins the arm's population as a genotype; once a pass has converged, the
@@ -315,6 +316,7 @@ class Polisher:
         options = {t: len(self._options(t, size[t])) for t in size}
         quick = sum(len(self.arm.layout_options[t]) for t in size) if self.arm.options.quick_sweep else 0
         return (quick + sum(options.values()) + int(self.arm.type_blocks)
+                + int(self.arm.relay_gene)
                 + sum(self.split_cost(tasks) for tasks in self._splits()))
 
     def split_cost(self, tasks: tuple[str, ...]) -> int:
@@ -418,6 +420,10 @@ class Polisher:
         evaluation, so a pass can stop at a cap and resume later."""
         for pass_ in range(max_passes):
             start = current()[0]
+            if self.arm.relay_gene:  # the weight sync's relay flipped (one evaluation)
+                base = current()[1]
+                trial(base.with_relay(not base.sync_relay))
+                yield
             if pass_ == 0 and self.arm.options.quick_sweep:
                 # first, each task's full-group layouts in turn (cheap: the full-group layouts
                 # of every task, summed), so that a pass cut short by a small budget has tuned

@@ -66,12 +66,17 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class RegionLink:
-    """Between two regions: one-way delay in ms and per-flow bandwidth in Gbit/s."""
+    """Between two regions: one-way delay in ms and per-flow bandwidth in Gbit/s.
+
+    ``aggregate_gbps`` (Gbit/s, None: no cap of the pair) is the capacity all flows between the
+    two regions share, in each direction (full duplex, as node uplinks): the per-flow limit
+    bounds one flow, this bounds their sum. At least ``bandwidth_gbps``."""
 
     a: str
     b: str
     latency_ms: float
     bandwidth_gbps: float
+    aggregate_gbps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,9 @@ class ClusterSpec:
             pairs[pair] = i
             _latency(f"region_links[{i}].latency_ms", link.latency_ms)
             _bandwidth(f"region_links[{i}].bandwidth_gbps", link.bandwidth_gbps)
+            if link.aggregate_gbps is not None:
+                _aggregate(f"region_links[{i}].aggregate_gbps", link.aggregate_gbps,
+                           link.bandwidth_gbps)
         net = self.network
         require(0 < net.gpu_link_latency_us <= 1000, "network.gpu_link_latency_us",
                 net.gpu_link_latency_us, "must be in (0, 1000] microseconds")
@@ -236,7 +244,10 @@ class ClusterSpec:
                 {k: v for k, v in asdict(n).items() if not (k == "nic_gbps" and v is None)}
                 for n in self.nodes
             ],
-            "region_links": [asdict(link) for link in self.region_links],
+            "region_links": [
+                {k: v for k, v in asdict(link).items() if not (k == "aggregate_gbps" and v is None)}
+                for link in self.region_links
+            ],
             "network": asdict(self.network),
             **({"prices": self.prices.to_dict()} if self.prices else {}),
         }
@@ -305,6 +316,17 @@ def _bandwidth(field_name: str, value: Any) -> float:
     return v
 
 
+def _aggregate(field_name: str, value: Any, per_flow_gbps: float) -> float:
+    """A region pair's aggregate Gbit/s: a bandwidth at least the pair's per-flow one (a cap
+    below what one flow may reach is a typo, e.g. the two fields swapped)."""
+    v = _bandwidth(field_name, value)
+    require(v >= per_flow_gbps, field_name, value,
+            f"must be >= the link's bandwidth_gbps ({per_flow_gbps:g} Gbit/s): the aggregate "
+            "caps all flows of the pair together, one flow is already capped by bandwidth_gbps "
+            "(units: Gbit/s)")
+    return v
+
+
 def _nodes_from(raw: Any, types: tuple[GPUType, ...]) -> tuple[NodeSpec, ...]:
     require(isinstance(raw, list) and raw, "nodes", raw, "must be a non-empty list")
     known = {"name", "gpu", "count", "region", "zone", "nic_gbps", "edge", "repeat"}
@@ -345,13 +367,18 @@ def _nodes_from(raw: Any, types: tuple[GPUType, ...]) -> tuple[NodeSpec, ...]:
 
 
 def _link_from(raw: Any, f: str) -> RegionLink:
-    require(isinstance(raw, Mapping), f, raw, "must be a mapping {a, b, latency_ms, bandwidth_gbps}")
+    require(isinstance(raw, Mapping), f, raw,
+            "must be a mapping {a, b, latency_ms, bandwidth_gbps[, aggregate_gbps]}")
     for key in ("a", "b", "latency_ms", "bandwidth_gbps"):
         require(key in raw, f"{f}.{key}", None, "is required")
-    extra = set(raw) - {"a", "b", "latency_ms", "bandwidth_gbps"}
+    extra = set(raw) - {"a", "b", "latency_ms", "bandwidth_gbps", "aggregate_gbps"}
     require(not extra, f"{f}.{sorted(extra)[0] if extra else ''}", None, "unknown key")
-    return RegionLink(string(f"{f}.a", raw["a"]), string(f"{f}.b", raw["b"]), _latency(f"{f}.latency_ms", raw["latency_ms"]),
-                      _bandwidth(f"{f}.bandwidth_gbps", raw["bandwidth_gbps"]))
+    per_flow = _bandwidth(f"{f}.bandwidth_gbps", raw["bandwidth_gbps"])
+    aggregate = raw.get("aggregate_gbps")
+    return RegionLink(string(f"{f}.a", raw["a"]), string(f"{f}.b", raw["b"]),
+                      _latency(f"{f}.latency_ms", raw["latency_ms"]), per_flow,
+                      None if aggregate is None else _aggregate(f"{f}.aggregate_gbps", aggregate,
+                                                                per_flow))
 
 
 @dataclass(frozen=True, eq=False)
@@ -372,6 +399,31 @@ class Topology:
     memory_bytes: np.ndarray
     nic_Bps: np.ndarray  # per node: its NIC, bytes/s
     uplink_Bps: np.ndarray  # per node: its link out of the node (the NIC; an edge node's uplink)
+    #: per device: the index of its region in ``ClusterSpec.regions``
+    region_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: per directed capped region pair (a region link with ``aggregate_gbps``, each direction
+    #: once: 2i from ``a`` to ``b``, 2i + 1 back): its aggregate, bytes/s; empty when no link of
+    #: the cluster has a cap (then nothing below is used)
+    pair_cap_Bps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per directed capped pair: (region index from, region index to), of the link's endpoints
+    pair_regions: tuple[tuple[int, int], ...] = ()
+    #: (regions, regions, hops): the directed capped pairs a flow from one region to another
+    #: crosses on its route (fewest region hops, then lowest latency, as device routes), -1
+    #: padded; shape (0, 0, 1) when no link has a cap
+    pair_route: np.ndarray = field(default_factory=lambda: np.full((0, 0, 1), -1,
+                                                                   dtype=np.int64))
+
+    @property
+    def has_aggregate(self) -> bool:
+        """Whether some region pair of the cluster has an aggregate cap."""
+        return self.pair_cap_Bps.size > 0
+
+    def pairs_between(self, a: int, b: int) -> list[int]:
+        """The directed capped pairs a flow from device ``a`` to device ``b`` crosses."""
+        if not self.has_aggregate:
+            return []
+        row = self.pair_route[self.region_of[a], self.region_of[b]]
+        return [int(r) for r in row if r >= 0]
 
     @cached_property
     def latency_rows(self) -> list[list[float]]:
@@ -444,6 +496,11 @@ class Topology:
         np.fill_diagonal(bw, np.inf)
         for arr in (lat, bw):
             arr.setflags(write=False)
+        region_index = {r: i for i, r in enumerate(cluster.regions)}
+        region_of = np.array([region_index[d.region] for d in devices], dtype=np.int64)
+        caps, pair_regions, route = _aggregate_pairs(g, cluster, region_index)
+        for arr in (region_of, caps, route):
+            arr.setflags(write=False)
         return cls(
             graph=g, latency_s=lat, bandwidth_Bps=bw, node_of=node_of,
             flops=np.array([d.gpu.flops for d in devices]),
@@ -451,7 +508,49 @@ class Topology:
             memory_bytes=np.array([d.gpu.memory_bytes for d in devices]),
             nic_Bps=nic,
             uplink_Bps=uplink,
+            region_of=region_of,
+            pair_cap_Bps=caps,
+            pair_regions=pair_regions,
+            pair_route=route,
         )
+
+
+def _route_cost(u: Any, v: Any, data: Mapping[str, Any]) -> float:
+    """Fewest inter-region hops first, then lowest latency: clouds carry region-to-region
+    traffic on their direct paths, even where measured RTTs break the triangle inequality; only
+    a region without a direct link is reached through a relay."""
+    return data["latency_s"] + (1e4 if u[0] == v[0] == "region" else 0.0)
+
+
+def _aggregate_pairs(g: nx.Graph, cluster: ClusterSpec, region_index: dict[str, int]
+                     ) -> tuple[np.ndarray, tuple[tuple[int, int], ...], np.ndarray]:
+    """The directed capped region pairs (links with ``aggregate_gbps`` between used regions):
+    their capacities (bytes/s), endpoints, and per (region, region) the capped pairs on the
+    route between them (see :class:`Topology`). Empty arrays when no link has a cap."""
+    capped = [link for link in cluster.region_links if link.aggregate_gbps is not None
+              and link.a in region_index and link.b in region_index]
+    if not capped:
+        return np.zeros(0), (), np.full((0, 0, 1), -1, dtype=np.int64)
+    caps, ends, rid = [], [], {}
+    for link in capped:
+        a, b = region_index[link.a], region_index[link.b]
+        for x, y in ((a, b), (b, a)):
+            rid[(x, y)] = len(caps)
+            caps.append(link.aggregate_gbps * 1e9 / 8)
+            ends.append((x, y))
+    regions = g.subgraph(v for v in g if v[0] == "region")
+    n = len(region_index)
+    hops: dict[tuple[int, int], list[int]] = {}
+    for name, i in region_index.items():
+        paths = nx.single_source_dijkstra_path(regions, ("region", name), weight=_route_cost)
+        for other, j in region_index.items():
+            path = [region_index[v[1]] for v in paths[("region", other)]]
+            hops[(i, j)] = [rid[e] for e in zip(path, path[1:], strict=False) if e in rid]
+    width = max(1, max(len(h) for h in hops.values()))
+    route = np.full((n, n, width), -1, dtype=np.int64)
+    for (i, j), h in hops.items():
+        route[i, j, :len(h)] = h
+    return np.array(caps), tuple(ends), route
 
 
 def _host_matrices(g: nx.Graph, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -463,14 +562,8 @@ def _host_matrices(g: nx.Graph, cluster: ClusterSpec) -> tuple[np.ndarray, np.nd
     # Routing never passes through a GPU vertex (degree 1), so search the graph without them.
     core = g.subgraph(v for v in g if v[0] != "gpu")
 
-    def route_cost(u: Any, v: Any, data: Mapping[str, Any]) -> float:
-        # Fewest inter-region hops first, then lowest latency: clouds carry region-to-region
-        # traffic on their direct paths, even where measured RTTs break the triangle
-        # inequality; only a region without a direct link is reached through a relay.
-        return data["latency_s"] + (1e4 if u[0] == v[0] == "region" else 0.0)
-
     for i, name in enumerate(names):
-        paths = nx.single_source_dijkstra_path(core, ("host", name), weight=route_cost)
+        paths = nx.single_source_dijkstra_path(core, ("host", name), weight=_route_cost)
         for j, other in enumerate(names):
             if i == j:
                 continue

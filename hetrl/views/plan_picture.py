@@ -191,7 +191,9 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
         lines.append(("  none: every flow stays inside one region", {}))
     for k in FLOW_KINDS:
         if totals[k] > 0:
-            lines.append((f"  {k}: {human_bytes(totals[k])}", {}))
+            relay = " (relayed: one copy per region)" if k == "weight sync" and plan.sync_relay \
+                else ""
+            lines.append((f"  {k}: {human_bytes(totals[k])}{relay}", {}))
     if pairs:
         lines.append((f"largest region pairs ({min(len(pairs), LABELLED_PAIRS)} of "
                        f"{len(pairs)}, both ways):", {"weight": "bold"}))

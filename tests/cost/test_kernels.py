@@ -45,11 +45,12 @@ def _random_topology(rng, n_dev: int, n_nodes: int):
 # --- weight sync ------------------------------------------------------------------------------
 
 def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own_local,
-                         gpu_link, node_of, uplink):
+                         gpu_link, node_of, uplink, region_of, pair_route, pair_cap):
     """Each destination in order, stage by stage: the pull times from every source of the stage
     (latency + bytes / (bandwidth x efficiency); its own device: a local copy over HBM or
     never), the least loaded source within 1% of the quickest; then the slowest of the chosen
-    pulls, of every device's bytes over its GPU link and of every node's over its uplink."""
+    pulls, of every device's bytes over its GPU link, of every node's over its uplink and of
+    every capped region pair's (the pairs on the route between the two regions) over its cap."""
     n_stages, n_src = src.shape
     best = np.zeros((n_stages, dst.size), dtype=np.int64)
     chosen = np.zeros((n_stages, dst.size))
@@ -82,7 +83,32 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
     nic = uplink * link_eff[dst].min()
     worst = max(chosen.max(), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
                 (node_out / nic).max(), (node_in / nic).max())
+    pair_load = [0.0] * pair_cap.size
+    for x, y, n in moved:
+        if pair_cap.size and node_of[x] != node_of[y] and region_of[x] != region_of[y]:
+            for r in pair_route[region_of[x], region_of[y]]:
+                if r >= 0:
+                    pair_load[r] += n
+    worst = max([worst] + [load / cap for load, cap in zip(pair_load, pair_cap, strict=True)])
     return worst, best, chosen
+
+
+def _random_pairs(rng, node_of):
+    """A region per node (two or three regions), a capped directed pair for each ordered pair
+    of regions (some routes over two pairs), or none (the kernels' empty arrays)."""
+    if rng.integers(0, 3) == 0:
+        return (np.zeros(0, dtype=np.int64), np.full((0, 0, 1), -1, dtype=np.int64),
+                np.zeros(0))
+    n_regions = int(rng.integers(2, 4))
+    region_of = (node_of % n_regions).astype(np.int64)
+    ids = {(a, b): k for k, (a, b) in enumerate(
+        (a, b) for a in range(n_regions) for b in range(n_regions) if a != b)}
+    route = np.full((n_regions, n_regions, 2), -1, dtype=np.int64)
+    for (a, b), k in ids.items():
+        route[a, b, 0] = k
+        if rng.integers(0, 2) and (a, (a + b) % n_regions) in ids:  # a second hop, some routes
+            route[a, b, 1] = ids[(a, (a + b) % n_regions)]
+    return region_of, route, rng.choice([1e8, 1e9, 1e11], size=len(ids))
 
 
 @BOTH
@@ -102,12 +128,59 @@ def test_weight_sync_pulls_equal_their_definition(compiled):
         gpu_link = rng.choice([6.4e10, 3e11], n_dev)
         own_local = bool(rng.integers(0, 2))
         args = (src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own_local, gpu_link,
-                node_of, uplink)
+                node_of, uplink, *_random_pairs(rng, node_of))
         worst, best, chosen = fn(*args)
         want = _pulls_by_definition(*args)
         assert worst == want[0]
         assert _fn(kernels.weight_sync_seconds, compiled)(*args) == want[0]
         assert np.array_equal(best, want[1]) and np.array_equal(chosen, want[2])
+
+
+def _transfers_by_definition(src, dst, nbytes, lat, bw, link_eff, gpu_link, node_of, uplink,
+                             region_of, pair_route, pair_cap):
+    """Concurrent flows: the slowest flow (latency + bytes / (bandwidth x the destination's
+    efficiency)), every device's bytes over its GPU link, every node's over its uplink x the
+    smallest destination efficiency, every capped pair's over its cap."""
+    moved = [(int(a), int(d), float(b)) for a, d, b in zip(src, dst, nbytes, strict=True)
+             if a != d and b > 0]
+    if not moved:
+        return 0.0
+    a, d, b = (np.array(x) for x in zip(*moved, strict=True))
+    times = [lat[x, y] + n / (bw[x, y] * link_eff[y]) for x, y, n in moved]
+    dev_out = np.bincount(a, weights=b, minlength=node_of.size)
+    dev_in = np.bincount(d, weights=b, minlength=node_of.size)
+    off = node_of[a] != node_of[d]
+    node_out = np.bincount(node_of[a][off], weights=b[off], minlength=uplink.size)
+    node_in = np.bincount(node_of[d][off], weights=b[off], minlength=uplink.size)
+    nic = uplink * link_eff[dst].min()
+    worst = max(max(times), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
+                (node_out / nic).max(), (node_in / nic).max())
+    pair_load = [0.0] * pair_cap.size
+    for x, y, n in moved:
+        if pair_cap.size and node_of[x] != node_of[y] and region_of[x] != region_of[y]:
+            for r in pair_route[region_of[x], region_of[y]]:
+                if r >= 0:
+                    pair_load[r] += n
+    return max([worst] + [load / cap for load, cap in zip(pair_load, pair_cap, strict=True)])
+
+
+@BOTH
+def test_transfers_seconds_equal_their_definition(compiled):
+    """The relay's fan-out (and any list of concurrent flows) is priced as the pulls are."""
+    rng = np.random.default_rng(22)
+    fn = _fn(kernels.transfers_seconds, compiled)
+    for _ in range(60):
+        n_dev = int(rng.integers(2, 24))
+        lat, bw, node_of, uplink = _random_topology(rng, n_dev, int(rng.integers(1, 5)))
+        n = int(rng.integers(1, 12))
+        src = rng.integers(0, n_dev, n).astype(np.int64)
+        dst = rng.integers(0, n_dev, n).astype(np.int64)
+        nbytes = rng.choice([0.0, 1e8, 7e8], size=n)
+        link_eff = rng.choice([0.7, 0.8], n_dev)
+        gpu_link = rng.choice([6.4e10, 3e11], n_dev)
+        args = (src, dst, nbytes, lat, bw, link_eff, gpu_link, node_of, uplink,
+                *_random_pairs(rng, node_of))
+        assert fn(*args) == _transfers_by_definition(*args)
 
 
 # --- collective link facts --------------------------------------------------------------------
@@ -274,7 +347,6 @@ def _forward_by_definition(consts, n, mbs, L, mult, training):
 def test_forward_replica_equals_its_definition(kind):
     from hetrl.cost.flops import stage_shapes
     from hetrl.cost.lengths import length_stats
-    from hetrl.cost.params import DEFAULT_PARAMS
     from hetrl.cost.replica import replica_hw
     from hetrl.cost.tasks import _stage_consts, forward_engine
     from hetrl.spec.presets import workload_preset
