@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from hetrl.cost.framework import without_framework
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, KERNEL_KINDS, CostParams
 from hetrl.errors import HetrlError, SpecError, require
@@ -392,8 +393,12 @@ def fit_params(runs: Sequence[CalibrationRun], base: CostParams = DEFAULT_PARAMS
     require(isinstance(prior_weight, Real) and 0 < prior_weight < math.inf, "prior_weight",
             prior_weight, "must be > 0 and finite: without the prior, factors the traces do not "
             "determine drift to absorb noise")
-    if base.launch_overhead_s_per_layer == 0 and any(run.on_cpu() for run in runs):
-        base = replace(base, launch_overhead_s_per_layer=CPU_LAUNCH_BASE_S)
+    if any(run.on_cpu() for run in runs):
+        # hetrl's own runner on a CPU is not the GPU RL framework whose per-step costs the
+        # defaults were fitted on (hetrl.cost.framework): its dispatch is the launch term's
+        base = without_framework(base)
+        if base.launch_overhead_s_per_layer == 0:
+            base = replace(base, launch_overhead_s_per_layer=CPU_LAUNCH_BASE_S)
     before = _estimates(runs, base)
     measured = [run.measured_times() for run in runs]
     keys = [k for t in REPORTED_TASKS

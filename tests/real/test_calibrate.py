@@ -23,6 +23,7 @@ from hetrl.calibrate import (
 )
 from hetrl.cli import main
 from hetrl.cli_cost import load_params
+from hetrl.cost.framework import without_framework
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import SpecError
@@ -312,8 +313,9 @@ def test_the_launch_term_is_fitted_on_cpu_traces():
     plan = load_plan(EXAMPLES / "plan-tiny-grpo-cross-region.yaml")
     per = tuple((g, k, v) for g in ("A100-80GB", "L4") for k, v in (
         ("train_flops", 0.02), ("infer_flops", 0.03), ("decode_flops", 0.03), ("decode_hbm", 0.05)))
-    truth = dataclasses.replace(DEFAULT_PARAMS, per_gpu=per, decode_step_overhead_s=2e-3,
-                                launch_overhead_s_per_layer=1e-3)
+    # (a CPU trace is fitted without the GPU framework's per-step costs: so is its truth)
+    truth = dataclasses.replace(without_framework(DEFAULT_PARAMS), per_gpu=per,
+                                decode_step_overhead_s=2e-3, launch_overhead_s_per_layer=1e-3)
     trace = _trace(plan, workload, cluster, params=truth, iterations=3)
     run = CalibrationRun.from_trace(dataclasses.replace(trace, meta={**trace.meta,
                                                                      "device": "cpu"}))
