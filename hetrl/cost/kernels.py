@@ -111,21 +111,44 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
                 worst = pull[choice]
             a = src[s, choice]
             if a != d and need[s, k]:
-                dev_out[a] += b
-                dev_in[d] += b
-                if node_of[a] != node_of[d]:
-                    node_out[node_of[a]] += b
-                    node_in[node_of[d]] += b
-                    if pair_cap.size:
-                        _add_pair_load(pair_load, region_of[a], region_of[d], b, pair_route)
-    for a in range(n_dev):
+                _add_flow(a, d, b, dev_out, dev_in, node_out, node_in, pair_load, node_of,
+                          region_of, pair_route, pair_cap)
+    worst = max(worst, _load_bound(dev_out, dev_in, node_out, node_in, pair_load, gpu_link,
+                                   uplink, eff_min, pair_cap))
+    return worst, best, chosen
+
+
+@compiled
+def _add_flow(a: int, d: int, b: float, dev_out: np.ndarray, dev_in: np.ndarray,
+              node_out: np.ndarray, node_in: np.ndarray, pair_load: np.ndarray,
+              node_of: np.ndarray, region_of: np.ndarray, pair_route: np.ndarray,
+              pair_cap: np.ndarray) -> None:
+    """Count a flow of ``b`` bytes from device ``a`` to ``d`` on the GPU links, the node
+    uplinks it crosses and the capped region pairs on its route."""
+    dev_out[a] += b
+    dev_in[d] += b
+    if node_of[a] != node_of[d]:
+        node_out[node_of[a]] += b
+        node_in[node_of[d]] += b
+        if pair_cap.size:
+            _add_pair_load(pair_load, region_of[a], region_of[d], b, pair_route)
+
+
+@compiled
+def _load_bound(dev_out: np.ndarray, dev_in: np.ndarray, node_out: np.ndarray,
+                node_in: np.ndarray, pair_load: np.ndarray, gpu_link: np.ndarray,
+                uplink: np.ndarray, eff_min: float, pair_cap: np.ndarray) -> float:
+    """Seconds the counted bytes need at least: every device's bytes out and in over its GPU
+    link, every node's over its uplink x ``eff_min``, every capped pair's over its aggregate."""
+    worst = 0.0
+    for a in range(dev_out.size):
         worst = max(worst, dev_out[a] / gpu_link[a], dev_in[a] / gpu_link[a])
     for n in range(uplink.size):
         nic = uplink[n] * eff_min
         worst = max(worst, node_out[n] / nic, node_in[n] / nic)
     for r in range(pair_cap.size):
         worst = max(worst, pair_load[r] / pair_cap[r])
-    return worst, best, chosen
+    return worst
 
 
 @compiled
@@ -170,21 +193,10 @@ def transfers_seconds(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
         t = latency[a, d] + b / (bandwidth[a, d] * link_eff[d])
         if t > worst:
             worst = t
-        dev_out[a] += b
-        dev_in[d] += b
-        if node_of[a] != node_of[d]:
-            node_out[node_of[a]] += b
-            node_in[node_of[d]] += b
-            if pair_cap.size:
-                _add_pair_load(pair_load, region_of[a], region_of[d], b, pair_route)
-    for a in range(n_dev):
-        worst = max(worst, dev_out[a] / gpu_link[a], dev_in[a] / gpu_link[a])
-    for n in range(uplink.size):
-        nic = uplink[n] * eff_min
-        worst = max(worst, node_out[n] / nic, node_in[n] / nic)
-    for r in range(pair_cap.size):
-        worst = max(worst, pair_load[r] / pair_cap[r])
-    return worst
+        _add_flow(a, d, b, dev_out, dev_in, node_out, node_in, pair_load, node_of, region_of,
+                  pair_route, pair_cap)
+    return max(worst, _load_bound(dev_out, dev_in, node_out, node_in, pair_load, gpu_link,
+                                  uplink, eff_min, pair_cap))
 
 
 @compiled
