@@ -71,15 +71,8 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
     chosen = np.zeros((n_stages, n_dst))
     pull = np.empty(n_src)
     sent = np.empty(n_src)
-    dev_out = np.zeros(n_dev)
-    dev_in = np.zeros(n_dev)
-    node_out = np.zeros(uplink.size)
-    node_in = np.zeros(uplink.size)
-    pair_load = np.zeros(pair_cap.size)
-    eff_min = np.inf
-    for k in range(n_dst):
-        if link_eff[dst[k]] < eff_min:
-            eff_min = link_eff[dst[k]]
+    dev_out, dev_in, node_out, node_in, pair_load = _new_loads(n_dev, uplink.size, pair_cap.size)
+    eff_min = link_eff[dst].min() if n_dst else np.inf
     worst = 0.0
     for s in range(n_stages):
         sent[:] = 0.0
@@ -116,6 +109,15 @@ def weight_sync_pulls(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, need
     worst = max(worst, _load_bound(dev_out, dev_in, node_out, node_in, pair_load, gpu_link,
                                    uplink, eff_min, pair_cap))
     return worst, best, chosen
+
+
+@compiled
+def _new_loads(n_dev: int, n_nodes: int, n_pairs: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Zeroed byte counters for :func:`_add_flow`: per device out and in, per node out and in,
+    per capped region pair."""
+    return (np.zeros(n_dev), np.zeros(n_dev), np.zeros(n_nodes), np.zeros(n_nodes),
+            np.zeros(n_pairs))
 
 
 @compiled
@@ -175,16 +177,9 @@ def transfers_seconds(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
     efficiency)), every device's bytes out and in over its GPU link, every node's bytes out and
     in (across nodes) over its uplink x the smallest destination link efficiency and every
     capped region pair's bytes over its aggregate. 0 with no flows."""
-    n_dev = node_of.size
-    dev_out = np.zeros(n_dev)
-    dev_in = np.zeros(n_dev)
-    node_out = np.zeros(uplink.size)
-    node_in = np.zeros(uplink.size)
-    pair_load = np.zeros(pair_cap.size)
-    eff_min = np.inf
-    for k in range(dst.size):
-        if link_eff[dst[k]] < eff_min:
-            eff_min = link_eff[dst[k]]
+    dev_out, dev_in, node_out, node_in, pair_load = _new_loads(node_of.size, uplink.size,
+                                                               pair_cap.size)
+    eff_min = link_eff[dst].min() if dst.size else np.inf
     worst = 0.0
     for k in range(src.size):
         a, d, b = src[k], dst[k], nbytes[k]

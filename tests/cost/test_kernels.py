@@ -73,6 +73,16 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
             best[s, k], chosen[s, k] = i, pulls[i]
             if src[s, i] != d and need[s, k]:
                 moved.append((int(src[s, i]), d, b))
+    worst = max(chosen.max(), _load_bound_by_definition(
+        moved, link_eff[dst].min(), gpu_link, node_of, uplink, region_of, pair_route, pair_cap))
+    return worst, best, chosen
+
+
+def _load_bound_by_definition(moved, eff_min, gpu_link, node_of, uplink, region_of, pair_route,
+                              pair_cap):
+    """The slowest of every device's bytes of ``moved`` (source, destination, bytes) over its
+    GPU link, every node's over its uplink x ``eff_min`` and every capped region pair's (the
+    pairs on the route between the two regions) over its cap."""
     a, d, b = (np.array(x) for x in zip(*moved, strict=True)) if moved else (
         np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
     dev_out = np.bincount(a, weights=b, minlength=node_of.size)
@@ -80,8 +90,8 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
     off = node_of[a] != node_of[d]
     node_out = np.bincount(node_of[a][off], weights=b[off], minlength=uplink.size)
     node_in = np.bincount(node_of[d][off], weights=b[off], minlength=uplink.size)
-    nic = uplink * link_eff[dst].min()
-    worst = max(chosen.max(), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
+    nic = uplink * eff_min
+    worst = max((dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
                 (node_out / nic).max(), (node_in / nic).max())
     pair_load = [0.0] * pair_cap.size
     for x, y, n in moved:
@@ -89,8 +99,7 @@ def _pulls_by_definition(src, dst, nbytes, need, lat, bw, link_eff, hbm_eff, own
             for r in pair_route[region_of[x], region_of[y]]:
                 if r >= 0:
                     pair_load[r] += n
-    worst = max([worst] + [load / cap for load, cap in zip(pair_load, pair_cap, strict=True)])
-    return worst, best, chosen
+    return max([worst] + [load / cap for load, cap in zip(pair_load, pair_cap, strict=True)])
 
 
 def _random_pairs(rng, node_of):
@@ -145,23 +154,9 @@ def _transfers_by_definition(src, dst, nbytes, lat, bw, link_eff, gpu_link, node
              if a != d and b > 0]
     if not moved:
         return 0.0
-    a, d, b = (np.array(x) for x in zip(*moved, strict=True))
     times = [lat[x, y] + n / (bw[x, y] * link_eff[y]) for x, y, n in moved]
-    dev_out = np.bincount(a, weights=b, minlength=node_of.size)
-    dev_in = np.bincount(d, weights=b, minlength=node_of.size)
-    off = node_of[a] != node_of[d]
-    node_out = np.bincount(node_of[a][off], weights=b[off], minlength=uplink.size)
-    node_in = np.bincount(node_of[d][off], weights=b[off], minlength=uplink.size)
-    nic = uplink * link_eff[dst].min()
-    worst = max(max(times), (dev_out / gpu_link).max(), (dev_in / gpu_link).max(),
-                (node_out / nic).max(), (node_in / nic).max())
-    pair_load = [0.0] * pair_cap.size
-    for x, y, n in moved:
-        if pair_cap.size and node_of[x] != node_of[y] and region_of[x] != region_of[y]:
-            for r in pair_route[region_of[x], region_of[y]]:
-                if r >= 0:
-                    pair_load[r] += n
-    return max([worst] + [load / cap for load, cap in zip(pair_load, pair_cap, strict=True)])
+    return max(max(times), _load_bound_by_definition(
+        moved, link_eff[dst].min(), gpu_link, node_of, uplink, region_of, pair_route, pair_cap))
 
 
 @BOTH
