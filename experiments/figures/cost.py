@@ -117,7 +117,7 @@ class CostFigure(Figure):
                 "ours": f"time {t['iteration_s']:.0f} s ${t['dollars_per_1k_samples']:.2f} "
                         f"({t['gpus']:.0f}); cost {c['iteration_s']:.0f} s "
                         f"${c['dollars_per_1k_samples']:.2f} ({c['gpus']:.0f}); {base}",
-                "paper": "not in the paper (issue 29)",
+                "paper": "not in the paper",
                 "reading": "cost objective cheaper, time objective faster" if holds else
                 "the two objectives' plans do not trade off here: see docs/money.md"})
         return rows
