@@ -23,8 +23,6 @@ i - 1 - k have arrived (k = 0 in sync mode), and training consumes batches in or
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,7 +35,7 @@ from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.rollout import generation_concurrency
+from hetrl.cost.rollout import generation_concurrency, kv_capacity_tokens
 from hetrl.cost.sync import weight_sync_transfers
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.shares import split_counts
@@ -49,6 +47,7 @@ from sim import batches
 from sim.guards import HORIZON_S, STUCK_EVENTS, SimulationLimitError
 from sim.network import LinkFault, Network
 from sim.ops import ReplicaOps
+from sim.scheduler import GenerationStats, generate
 
 #: Events between two calls of a simulation's ``progress`` callback.
 PROGRESS_EVERY = 20_000
@@ -91,11 +90,15 @@ class Simulation:
         gen = self.placements["actor_generation"]
         shapes = self.model.shapes(gen.task, gen)
         L = self.model.L
-        self.concurrency = [
-            generation_concurrency(shapes, tuple(float(min(kv[d] for d in stage))
-                                                 for stage in replica),
-                                   L.seq_mean, workload.gen_max_concurrency)
-            for replica in gen.devices]
+        budgets = [tuple(float(min(kv[d] for d in stage)) for stage in replica)
+                   for replica in gen.devices]
+        #: per replica the cost model's concurrency (reported beside the simulated batch)
+        self.concurrency = [generation_concurrency(shapes, b, L.prompt_mean + L.mean_age,
+                                                   workload.gen_max_concurrency)
+                            for b in budgets]
+        #: per replica the KV tokens its engine holds: the smallest stage budget over the
+        #: stage's KV bytes per token (the scheduler allocates them on demand)
+        self.kv_tokens = [kv_capacity_tokens(shapes, b) for b in budgets]
         # the weight sync's pulls and local copies, then (plan.sync_relay) the fan-out inside
         # each remote region, as the cost model prices them
         self.pulls, self.fan_out, self.local_copies = weight_sync_transfers(
@@ -181,44 +184,24 @@ class Simulation:
 
     def generation_replica(self, task: str, i: int, batch: Batch, lo: int, hi: int):
         p = self.placements[task]
-        ops = self.ops[task][i]
         devices = [d for stage in p.devices[i] for d in stage]
         start = self.env.now
-        B = self.concurrency[i]
-        queue = deque(range(lo, hi))
-        running: list[tuple[int, int]] = []  # heap of (finish step, sample)
-        step = 0  # decode steps done by this replica
-        ctx_sum = 0.0
-        peak = 0
+        stats = GenerationStats()
         prefill_s = decode_s = 0.0
-        prompt_tokens = 0.0
-        while queue or running:
-            admit = []
-            while queue and len(running) + len(admit) < B:
-                admit.append(queue.popleft())
-            if admit:
-                pl = batch.prompt[admit].astype(float)
-                dt = ops.prefill(float(pl.sum()), float((pl * pl).sum()), len(admit))
-                prefill_s += dt * self.slow(devices)
-                prompt_tokens += float(pl.sum())
-                yield self.env.timeout(dt * self.slow(devices))
-                for s in admit:
-                    heapq.heappush(running, (step + int(batch.response[s]), s))
-                    ctx_sum += float(batch.prompt[s])
-            peak = max(peak, len(running))
-            nxt = running[0][0]
-            k = nxt - step
-            b = len(running)
-            dt = ops.decode(b, ctx_sum + b, k)  # step s attends prompt + s tokens
-            decode_s += dt * self.slow(devices)
-            yield self.env.timeout(dt * self.slow(devices))
-            step = nxt
-            ctx_sum += b * k
-            while running and running[0][0] == step:
-                _, s = heapq.heappop(running)
-                ctx_sum -= float(batch.prompt[s] + batch.response[s])
+        for dt, separate in generate(self.ops[task][i], batch.prompt[lo:hi],
+                                     batch.response[lo:hi], self.workload.gen_max_concurrency,
+                                     self.kv_tokens[i], stats):
+            dt *= self.slow(devices)
+            if separate:
+                prefill_s += dt
+            else:
+                decode_s += dt
+            yield self.env.timeout(dt)
+        B, step, peak, prompt_tokens = (self.concurrency[i], stats.steps, stats.peak_batch,
+                                        stats.prompt_tokens)
         self.span(f"{task}[{i}]", "tasklet", task, batch.iteration, start, devices,
-                  sequences=hi - lo, concurrency=B, peak_batch=peak)
+                  sequences=hi - lo, concurrency=B, peak_batch=peak,
+                  preemptions=stats.preemptions)
         # The replica's prefill waves interleave with its decode; the phase spans carry their
         # summed times, laid end to end inside the tasklet (interleaved: true).
         it, devs = batch.iteration, tuple(int(d) for d in devices)

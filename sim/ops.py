@@ -33,6 +33,23 @@ def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
 
 
 @dataclass(frozen=True)
+class PrefillWork:
+    """Prompt tokens still to prefill: their count, the sum of their prompts' squared lengths
+    (attention) and the number of prompts (the output head runs once per prompt)."""
+
+    tokens: float
+    sq_sum: float
+    prompts: float
+
+    def plus(self, other: PrefillWork) -> PrefillWork:
+        return PrefillWork(self.tokens + other.tokens, self.sq_sum + other.sq_sum,
+                           self.prompts + other.prompts)
+
+
+NO_PREFILL = PrefillWork(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
 class StageSpeed:
     """One pipeline stage's speeds with efficiencies applied."""
 
@@ -111,6 +128,40 @@ class ReplicaOps:
         total += steps * (self._decode_comm(batch) + self.step_overhead_s
                           + batch * self.params.decode_s_per_token)
         return total
+
+    def decode_mixed(self, batch: int, ctx_sum: float, steps: int, prefill: PrefillWork
+                     ) -> tuple[float, PrefillWork | None]:
+        """``steps`` decode steps as :meth:`decode`, with ``prefill`` (prompts admitted while
+        the batch runs) chunked into them as vLLM's chunked prefill does: each step carries up
+        to ``prefill_chunk_tokens`` (``max_num_batched_tokens``) less its ``batch`` decode
+        tokens of prompt, whose FLOPs join the step's and whose tokens join its TP messages;
+        the weights are read once per step. Returns (seconds, the prefill left for later steps
+        or None)."""
+        if prefill.tokens <= 0:
+            return self.decode(batch, ctx_sum, steps), None
+        per_step = max(self.params.prefill_chunk_tokens - batch, 1)
+        mixed = min(steps, math.ceil(prefill.tokens / per_step))
+        done = min(prefill.tokens, mixed * per_step)
+        share = done / prefill.tokens  # of the prefill's FLOPs and its prompts, these steps
+        chunk = done / mixed
+        total = 0.0
+        for st in self.stages:
+            s = st.shape
+            pre_f = share * (prefill.tokens * (s.matmul_flops_per_token - s.head_flops_per_token)
+                             + prefill.prompts * s.head_flops_per_token
+                             + s.attn_flops_per_token_ctx * prefill.sq_sum / 2) / st.flops_infer
+            a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
+            b_h = batch * s.kv_bytes_per_token / st.hbm_decode
+            a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
+            b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
+            total += sum_max_affine(a_h, b_h, a_f + pre_f / mixed, b_f, mixed)
+            total += sum_max_affine(a_h + b_h * mixed, b_h, a_f + b_f * mixed, b_f, steps - mixed)
+        total += mixed * self._decode_comm(batch + math.ceil(chunk))
+        total += (steps - mixed) * self._decode_comm(batch)
+        total += steps * (self.step_overhead_s + batch * self.params.decode_s_per_token)
+        left = None if done >= prefill.tokens else PrefillWork(
+            prefill.tokens - done, prefill.sq_sum * (1 - share), prefill.prompts * (1 - share))
+        return total, left
 
     def _decode_comm(self, batch: int) -> float:
         t = self._tp_decode.get(batch)

@@ -215,7 +215,9 @@ def decode_steps_lower_bound(L: LengthStats, seqs: float, max_concurrency: int) 
     """The fewest decode steps the cost model charges a generation replica of ``seqs``
     sequences at any concurrency B in 1..``max_concurrency``: (seqs - B)+ E[R] / B saturated
     steps plus the drain of min(seqs, B) sequences, sum over s of P(any alive at s) (a drain
-    counts at least one sequence: at least E[R] steps)."""
+    counts at least one sequence: at least E[R] steps). Where the KV cache holds fewer
+    sequences started together than B, the model drains m < B: (seqs - m) E[R] / B + drain(m),
+    concave in m (the drain is), so at least its value at m = 1 or at m = B."""
     if seqs <= 0:
         return 0.0
     # B >= seqs all give the drain of every sequence: B beyond ceil(seqs) adds nothing
@@ -229,7 +231,8 @@ def decode_steps_lower_bound(L: LengthStats, seqs: float, max_concurrency: int) 
         drain = (1.0 - np.exp(np.outer(m, log_below))).sum(axis=1)
         saturated = np.maximum(seqs - B, 0.0) * L.response_mean / B
         best = min(best, float((saturated + drain).min()))
-    return best
+    # m = 1 at the largest B: (seqs - 1) E[R] / top + E[R]
+    return min(best, max(seqs - 1, 0.0) * L.response_mean / top + float(L.survival.sum()))
 
 
 def _min_latencies(cluster: ClusterSpec) -> tuple[float, float]:

@@ -233,7 +233,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 if kind == "generation":
                     budget = tuple(round(st.memory_bytes * usable - s.weight_bytes, -6)
                                    for s, st in zip(shapes, engine.hw.stages, strict=True))
-                    rc = engine.replica(n, budget, wl.gen_max_concurrency)
+                    rc = engine.replica(n, budget, wl.gen_max_concurrency, wl.samples / steps)
                 else:
                     rc = engine.replica(n)
                 self._replica[key] = rc

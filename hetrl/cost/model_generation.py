@@ -49,7 +49,7 @@ class GenerationTerms:
         worst_i = -1
         priced: dict[Any, ReplicaCost] = {}
         for cls_key, (n, i, engine, budget) in classes.items():
-            rc = priced[cls_key] = engine.replica(n, budget, max_conc)
+            rc = priced[cls_key] = engine.replica(n, budget, max_conc, samples)
             if worst is None or rc.seconds > worst.seconds or (
                     rc.seconds == worst.seconds and i < worst_i):
                 worst, worst_i = rc, i

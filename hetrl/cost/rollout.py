@@ -69,6 +69,13 @@ def generation_concurrency(shapes: tuple[StageShape, ...], kv_budget: tuple[floa
     return max(cap, 1)
 
 
+def kv_capacity_tokens(shapes: tuple[StageShape, ...], kv_budget: tuple[float, ...]) -> float:
+    """The KV tokens one generation replica holds: each stage's budget (bytes per device) over
+    its KV bytes per token, the smallest stage's (tokens, not rounded)."""
+    return min(max(budget, 0.0) / s.kv_bytes_per_token
+               for s, budget in zip(shapes, kv_budget, strict=True))
+
+
 #: vLLM sleep levels: 1 offloads the weights to host memory and discards the KV cache; 2
 #: discards both (the weights are reloaded on wake: in RL, by the weight sync itself).
 SLEEP_LEVELS = (1, 2)

@@ -98,6 +98,8 @@ class _GenerationEngine:
         self.link_eff = eff(hw.stages[0].gpu, "link")
         self.h, self.bpv = shapes[0].model.hidden, shapes[0].bytes_per_value
         self.p_sq = L.prompt_mean ** 2  # E[p^2] >= mean^2; prefill is a small term
+        #: KV tokens per sequence of a batch started together at its peak
+        self.together_tokens = float((L.survival * L.ctx).max())
         #: per (KV budget, concurrency cap): the concurrency and its violations
         self.concurrency = Table("generation concurrency", ENGINE_ENTRIES)
         #: per concurrency: the saturated phase's per-step terms
@@ -117,37 +119,52 @@ class _GenerationEngine:
                 violations.append(
                     f"stage {j} ({hw.stages[j].gpu}): KV cache budget {budget / 1e9:.2f} GB < "
                     f"{need_one / 1e9:.2f} GB for one max-length sequence")
-        cap = generation_concurrency(self.shapes, kv_budget, L.prompt_mean + L.response_mean,
+        # KV on demand: a running sequence holds its prompt and its age, mean_age at the mean
+        # (the saturated phase); sequences started together (the drain) peak at
+        # max_s P(len >= s) (prompt + s) tokens each
+        cap = generation_concurrency(self.shapes, kv_budget, L.prompt_mean + L.mean_age,
                                      max_concurrency)
-        return cap, tuple(violations)
+        together = generation_concurrency(self.shapes, kv_budget, self.together_tokens,
+                                          max_concurrency)
+        return cap, together, tuple(violations)
 
-    def replica(self, n: float, kv_budget: tuple[float, ...], max_concurrency: int) -> ReplicaCost:
+    def replica(self, n: float, kv_budget: tuple[float, ...], max_concurrency: int,
+                batch_total: float | None = None) -> ReplicaCost:
+        """``n`` sequences on this replica, of ``batch_total`` in the whole batch (default
+        ``n``): the task ends with its slowest replica, the one that holds the batch's longest
+        response, so the drain runs until the longest of ``batch_total`` ends."""
         key = (kv_budget, max_concurrency)
         conc = self.concurrency.get(key)
         if conc is None:
             conc = self.concurrency.put(key, self._concurrency(kv_budget, max_concurrency))
         # The budget enters only through the concurrency it allows (and its violations), so
         # budgets that allow the same concurrency share one answer.
-        out = self.priced.get((n, *conc))
+        total = n if batch_total is None else max(batch_total, n)
+        out = self.priced.get((n, total, *conc))
         if out is None:
-            out = self.priced.put((n, *conc), self._replica(n, *conc))
+            out = self.priced.put((n, total, *conc), self._replica(n, total, *conc))
         return out
 
-    def _replica(self, n: float, B: int, violations: tuple[str, ...]) -> ReplicaCost:
-        m = min(n, B)
+    def _replica(self, n: float, total: float, B: int, together: int,
+                 violations: tuple[str, ...]) -> ReplicaCost:
+        # one wave when the cache holds all n started together; else the saturated phase at B
+        # and a drain of the last min(B, together)
+        m = n if n <= together else min(n, B, together)
         if n <= 0:
             return ReplicaCost(0.0, _parts(), B, violations)
         L, params, h, bpv = self.L, self.params, self.h, self.bpv
 
-        # Prefill: compute-bound, in chunks of prefill_chunk_tokens, stage after stage.
-        ptoks = n * L.prompt_mean
+        # Prefill of the first m prompts on its own: compute-bound, in chunks of
+        # prefill_chunk_tokens, stage after stage; the other n - m prompts are admitted while
+        # the batch decodes and their prefill joins the saturated steps (chunked prefill).
+        ptoks = m * L.prompt_mean
         chunks = max(1, math.ceil(ptoks / params.prefill_chunk_tokens))
         chunk_tok = ptoks / chunks
         pre_c, pre_h, pre_tp = 0.0, 0.0, 0.0
         p_sq = self.p_sq
         msg = chunk_tok * h * bpv
         for body, head, afpc, flops_rate, wb, hbm_rate, layers, g, tp_eff in self.stages:
-            fl = ptoks * body + n * head + afpc * n * p_sq / 2
+            fl = ptoks * body + m * head + afpc * m * p_sq / 2
             c = fl / flops_rate
             hb = chunks * wb / hbm_rate
             tp = chunks * 2 * layers * all_reduce_time(msg, g, tp_eff)
@@ -157,17 +174,18 @@ class _GenerationEngine:
         # a boundary's bandwidth already counts its tp ranks sending their slices in parallel
         link_eff = self.link_eff
         pre_pp = chunks * sum(p2p_time(msg, lat, bw, link_eff) for lat, bw in self.hw.boundaries)
-        # Saturated phase: (n - B) * mean / B steps of B sequences at the mean running context.
-        sat_steps = max(n - B, 0.0) * L.response_mean / B
+        # Saturated phase: (n - m) * mean / B steps of B sequences at the mean running context.
+        sat_steps = max(n - m, 0.0) * L.response_mean / B
         sat = self.saturated.get(B)
         if sat is None:
             sat = self.saturated.put(B, _decode_steps(self.shapes, self.hw, float(B), L,
                                                       params, saturated=True))
         sc, sm, stp, spp, _ = sat
         # Drain phase: the last m sequences (memoised: it does not depend on n once n >= B).
-        drain = self.drain.get(m)
+        drain = self.drain.get((m, total))
         if drain is None:
-            drain = self.drain.put(m, _drain(self.shapes, self.hw, float(m), L, params))
+            drain = self.drain.put((m, total), _drain(self.shapes, self.hw, float(m), L, params,
+                                                      float(total)))
         dc, dm, dtp, dpp, dsteps = drain
         compute = pre_c + sat_steps * sc + dc
         hbm = pre_h + sat_steps * sm + dm
@@ -196,7 +214,9 @@ class _GenerationEngine:
 def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthStats,
                   params: CostParams, saturated: bool) -> tuple[float, float, float, float, float]:
     """Decode-step costs split into (compute, hbm, tp, pp, steps). ``saturated``: one step of
-    ``m`` sequences at the mean running context (prompt + mean age). Otherwise the drain of
+    ``m`` sequences at the mean running context (prompt + mean age), carrying the chunked
+    prefill of the m / (mean response) prompts admitted per step in steady state (their FLOPs
+    at the prefill rate, their tokens in the TP messages). Otherwise the drain of
     ``m`` sequences started together: sum over steps s of P(any alive at s) x the step's cost at
     the expected batch given that one is alive, m P(len >= s) / P(any alive)."""
     h = shapes[0].model.hidden
@@ -210,32 +230,39 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
     comp = np.zeros_like(batch)
     mem = np.zeros_like(batch)
     tp = np.zeros_like(batch)
+    admitted = m / L.response_mean  # prompts admitted per step
+    p_sq = L.prompt_var + L.prompt_mean ** 2
     for s, st in zip(shapes, hw.stages, strict=True):
         hb = (s.weight_bytes + batch * ctx * s.kv_bytes_per_token) / (
             st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
         fl = batch * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
             st.flops * params.efficiency(st.gpu, "decode_flops"))
+        fl = fl + admitted * (L.prompt_mean * (s.matmul_flops_per_token - s.head_flops_per_token)
+                              + s.head_flops_per_token + s.attn_flops_per_token_ctx * p_sq / 2) / (
+            st.flops * params.flops_efficiency(st.gpu, "infer_flops", h))
         comp += np.where(fl >= hb, fl, 0.0)
         mem += np.where(fl >= hb, 0.0, hb)
-        tp += 2 * s.layers * all_reduce_time_vec(batch * h * bpv, st.tp,
-                                                 params.efficiency(st.gpu, "link"))
+        tp += 2 * s.layers * all_reduce_time_vec((batch + admitted * L.prompt_mean) * h * bpv,
+                                                 st.tp, params.efficiency(st.gpu, "link"))
     pp = np.zeros_like(batch)
     for lat, bw in hw.boundaries:
-        pp += lat + batch * h * bpv / (bw * link_eff)
+        pp += lat + (batch + admitted * L.prompt_mean) * h * bpv / (bw * link_eff)
     return (float(comp @ weight), float(mem @ weight), float(tp @ weight), float(pp @ weight),
             float(weight.sum()))
 
 
 def _drain(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthStats,
-           params: CostParams) -> tuple[float, float, float, float, float]:
+           params: CostParams, total: float | None = None
+           ) -> tuple[float, float, float, float, float]:
     """The drain of :func:`_decode_steps`, weighted sums taken in closed form: with w = P(any
-    alive) and batch = m P(len >= s) / w, w x batch = m P(len >= s), so a step's FLOPs, KV reads
+    of ``total`` alive) (default m: the replica's own; the batch's, for the replica that holds
+    its longest response) and batch = m P(len >= s) / w, w x batch = m P(len >= s), so a step's FLOPs, KV reads
     and messages weigh in as m x survival x (per-sequence constants, memoised per shapes and
     hardware); only the compute/HBM choice and the collective algorithm need the batch."""
     consts, log_below, surv, surv_sum, lat_sum, send_coeff = _drain_consts(shapes, hw, L, params)
     wx = np.empty((2, surv.size))  # rows: weight, m x survival (the TP pieces' two variables)
     weight, ms = wx
-    np.exp(max(m, 1.0) * log_below, out=weight)
+    np.exp(max(m if total is None else total, 1.0) * log_below, out=weight)
     np.subtract(1.0, weight, out=weight)
     np.multiply(m, surv, out=ms)
     steps = float(weight.sum())

@@ -198,7 +198,7 @@ def test_generation_prices_the_slowest_replica(paper64):
         got = model._generation(p, budget)
         shapes = model.shapes(p.task, p)
         each = [generation_engine(shapes, model.hw(r), model.L, DEFAULT_PARAMS).replica(
-            wl.samples * s, (30e9,), wl.gen_max_concurrency)
+            wl.samples * s, (30e9,), wl.gen_max_concurrency, wl.samples)
             for s, r in zip(p.data_shares, p.devices, strict=True)]
         slowest = max(each, key=lambda rc: rc.seconds)  # the first of equals, as the model
         # (the task adds its framework cost per call to the slowest replica's)

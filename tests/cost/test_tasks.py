@@ -209,12 +209,17 @@ def test_generation_memory_bound_at_64_compute_bound_at_256(L, one_gpu):
 
 
 def test_generation_saturated_then_drain(L, one_gpu):
-    # 512 sequences, at most 128 at once: (512 - 128) x 256 / 128 = 768 saturated steps at batch
-    # 128 and the mean running context P + E[r^2] / (2 E[r]) = 256 + 128, then R = 256 drain steps
-    # of the last 128 (fixed lengths: all alive to the end).
-    sat = hand_generation(0, P, np.array([768.0]), np.array([128.0]), np.array([384.0]))[1]
+    # 512 sequences, at most 128 at once: the first 128 prompts prefilled on their own, then
+    # (512 - 128) x 256 / 128 = 768 saturated steps at batch 128 and the mean running context
+    # P + E[r^2] / (2 E[r]) = 256 + 128, each carrying the chunked prefill of the 128 / 256 = 0.5
+    # prompts admitted per step (their FLOPs at the prefill rate), then R = 256 drain steps of
+    # the last 128 (fixed lengths: all alive to the end).
+    pre_step = 0.5 * (P * (MATMUL - HEAD) + HEAD + ATTN * P**2 / 2) / (PEAK * 0.5)
+    hbm = (WEIGHTS + 128 * 384 * KV) / (HBM * 0.7)
+    fl = 128 * (MATMUL + ATTN * 384) / (PEAK * 0.4) + pre_step
+    sat = 768 * (max(hbm, fl) + 1e-3)
     s = np.arange(1, R + 1)
-    prefill, drain = hand_generation(512, P, np.ones(R), np.full(R, 128.0), P + s)
+    prefill, drain = hand_generation(128, P, np.ones(R), np.full(R, 128.0), P + s)
     rc = generation_replica(actor(), one_gpu, 512, (50e9,), L, 128, HAND_PARAMS)
     assert rc.concurrency == 128
     assert rc.seconds == pytest.approx(prefill + sat + drain, rel=1e-9)
@@ -222,9 +227,14 @@ def test_generation_saturated_then_drain(L, one_gpu):
 
 
 def test_generation_concurrency_limited_by_kv_budget(L, one_gpu):
-    # 1e9 B of KV // (147,456 B x 512 tokens per sequence) = 13 sequences at once.
+    # KV on demand: a running sequence holds its prompt and, at the mean, E[r^2] / (2 E[r]) = 128
+    # generated tokens: 1e9 B // (147,456 B x 384) = 17 sequences at once in the saturated
+    # phase; 64 sequences started together peak at 512 tokens each, so the drain runs
+    # 1e9 // (147,456 x 512) = 13 and the other 51 pass through the saturated phase:
+    # (64 - 13) x 256 / 17 = 768 steps, then the drain's 256.
     rc = generation_replica(actor(), one_gpu, 64, (1e9,), L, 256, HAND_PARAMS)
-    assert rc.concurrency == 13 and rc.violations == ()
+    assert rc.concurrency == 17 and rc.violations == ()
+    assert rc.phases[2] == pytest.approx((64 - 13) * 256 / 17 + 256)
     # A budget below one max-length sequence (75.5 MB) is a violation naming the stage.
     bad = generation_replica(actor(), one_gpu, 64, (5e7,), L, 256, HAND_PARAMS)
     assert bad.concurrency == 1
