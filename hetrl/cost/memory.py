@@ -46,18 +46,22 @@ def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, d
                       mbs: int | Batching, L: LengthStats, params: CostParams,
                       recompute: bool, offload: bool = False) -> tuple[float, float, float]:
     """:func:`task_memory` as plain (weight, state, working) bytes (the cost model's hot path).
-    ``offload``: a training task's gradients and optimizer states live in host memory between
-    its calls, so they count in its working set (on the GPU only while it runs), not resident."""
+    ``offload`` (verl's Megatron ``param_offload``, ``grad_offload``, ``optimizer_offload``): an
+    inference or training task's weight shard, and in training its gradients and optimizer
+    states, live in host memory between its calls, so they count in its working set (on the
+    GPU only while it runs), not resident."""
     if kind == "generation":
         return shape.weight_bytes, 0.0, 0.0
     # one micro-batch's tokens as costed (padded ones included) and the micro-batch count
     tokens, micro = memory_tokens(n, mbs, L)
     if kind == "inference":
         act = 16.0 * tokens * shape.model.hidden / shape.tp  # one layer's live tensors
+        if offload:
+            return 0.0, 0.0, shape.weight_bytes + act + shape.logits_bytes(tokens)
         return shape.weight_bytes, 0.0, act + shape.logits_bytes(tokens)
     in_flight = min(pp - stage_index, micro)
     act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
     states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)
     if offload:
-        return shape.weight_bytes, 0.0, states + act + shape.logits_bytes(tokens)
+        return 0.0, 0.0, shape.weight_bytes + states + act + shape.logits_bytes(tokens)
     return shape.weight_bytes, states, act + shape.logits_bytes(tokens)

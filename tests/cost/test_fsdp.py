@@ -150,9 +150,9 @@ def test_the_simulator_agrees_with_the_estimate_on_fsdp():
 
 def test_megatron_offload_moves_the_states_to_the_call_and_prices_the_round_trip():
     """verl's Megatron workers offload too (param_offload, grad_offload, optimizer_offload):
-    the trained states leave the resident memory (on the GPU only during the task's own call,
-    in its working set), and the rank's shard crosses the host link there and back once per
-    call; the simulator waits the same."""
+    the weight shard and the trained states leave the resident memory (on the GPU only during
+    the task's own call, in its working set), and the rank's shard crosses the host link there
+    and back once per call; the simulator waits the same."""
     from sim.driver import simulate
 
     wl, cl = verl_ppo_7b(), cluster_preset("a100x8")
@@ -163,8 +163,9 @@ def test_megatron_offload_moves_the_states_to_the_call_and_prices_the_round_trip
     model = CostModel(wl, cl)
     mem_on, mem_off = model.placement_memory(on), model.placement_memory(off)
     assert mem_on.states.max() == 0.0 and mem_off.states.max() > 0
-    assert mem_on.working.max() == pytest.approx(mem_off.working.max() + mem_off.states.max(),
-                                                 rel=1e-9)
+    assert mem_on.weights.max() == 0.0 and mem_off.weights.max() > 0
+    assert mem_on.working.max() == pytest.approx(
+        mem_off.working.max() + mem_off.states.max() + mem_off.weights.max(), rel=1e-9)
     prm, shape = model.params, model.shapes("actor_training", on)[0]
     trip = 2 * shape.params * (wl.bytes_per_value + prm.grad_bytes
                                + prm.optimizer_state_bytes / 4) / (prm.host_link_GBps * 1e9)
