@@ -121,7 +121,7 @@ class TransferTerms:
         shared = self.workload.mode == "sync" and any(
             t != gen.task and not d.isdisjoint(mine) for t, d in devices.items())
         switch_s = switch_seconds(max(s.weight_bytes for s in shapes), self.params,
-                                  self.workload.gen_sleep_level) \
+                                  self.workload.gen_sleep_level, self.workload.gen_cuda_graphs) \
             if shared else 0.0
         return calls_s, switch_s
 

@@ -72,6 +72,11 @@ class CostParams:
     # KV pool, restore CUDA graphs): vLLM's sleep-mode post (2025-10) measures a level-1 wake of
     # Qwen3-0.6B at 0.26 s, of which moving 1.2 GB of weights takes ~0.05 s.
     engine_switch_s: float = 0.2
+    # CUDA-graph capture of an engine that restarts cold each rollout (gen_sleep_level 0, graphs
+    # on): vLLM logs "Graph capturing finished in 14 secs" for Llama-3.2-1B (35 batch shapes;
+    # vllm-project/vllm#11349) and for Llama-3.1-8B on 8 GPUs (mlcommons/inference#2267); its
+    # code comments "this usually takes < 10 seconds". Sleep mode (levels 1, 2) keeps the graphs.
+    graph_capture_s: float = 14.0
     # Per NCCL call of a weight sync beyond its bytes: SGLang's per-tensor sync of a 1B and an
     # 8B model (public set row W4, a fit row: 147 and 291 calls) took 0.5 and 0.6 s, i.e. a
     # fixed 0.4 s (that engine's own, not modelled) + 0.7 ms per call.
@@ -132,7 +137,8 @@ class CostParams:
         for key in ("decode_step_overhead_s", "prefill_chunk_tokens", "usable_memory_fraction",
                     "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
                     "activation_bytes_per_token_hidden", "host_link_GBps",
-                    "eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
+                    "eager_launch_s_per_layer", "engine_switch_s", "graph_capture_s",
+                    "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
                     "launch_overhead_s_per_layer", "task_call_s", "driver_s_per_token",
                     "rule_reward_s_per_sequence", "decode_s_per_token",
@@ -142,8 +148,9 @@ class CostParams:
                     "optimizer_step_hbm_bytes"):
             require(is_int(getattr(self, key)), f"params.{key}", getattr(self, key),
                     "must be an integer")
-        for key in ("eager_launch_s_per_layer", "engine_switch_s", "sync_call_overhead_s",
-                    "sync_bucket_bytes", "flops_half_hidden", "launch_overhead_s_per_layer",
+        for key in ("eager_launch_s_per_layer", "engine_switch_s", "graph_capture_s",
+                    "sync_call_overhead_s", "sync_bucket_bytes", "flops_half_hidden",
+                    "launch_overhead_s_per_layer",
                     "task_call_s", "driver_s_per_token", "rule_reward_s_per_sequence",
                     "decode_s_per_token", "micro_batch_overhead_s"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")

@@ -77,18 +77,23 @@ def kv_capacity_tokens(shapes: tuple[StageShape, ...], kv_budget: tuple[float, .
 
 
 #: vLLM sleep levels: 1 offloads the weights to host memory and discards the KV cache; 2
-#: discards both (the weights are reloaded on wake: in RL, by the weight sync itself).
-SLEEP_LEVELS = (1, 2)
+#: discards both (the weights are reloaded on wake: in RL, by the weight sync itself); both keep
+#: the CUDA graphs. 0: no sleep mode, a cold restart: the KV cache freed and rebuilt, the
+#: weights kept on the GPU, the CUDA graphs captured again.
+SLEEP_LEVELS = (0, 1, 2)
 
 
-def switch_seconds(engine_weight_bytes: float, params: CostParams, sleep_level: int = 1) -> float:
+def switch_seconds(engine_weight_bytes: float, params: CostParams, sleep_level: int = 1,
+                   cuda_graphs: bool = True) -> float:
     """One sleep-and-wake of a co-located rollout engine holding ``engine_weight_bytes`` per
     device (the largest shard: devices switch in parallel), seconds: the KV pool freed and
-    re-allocated (``engine_switch_s``; vLLM's sleep mode keeps the CUDA graphs), and at sleep
-    level 1 the weight shard to host memory and back over the host link. (The reshard of the
-    trainer's weights into the engine's layout and their load are the weight sync's.)"""
+    re-allocated (``engine_switch_s``), at sleep level 1 the weight shard to host memory and
+    back over the host link, at level 0 (a cold restart) the CUDA graphs' capture
+    (``graph_capture_s``, when ``cuda_graphs``). (The reshard of the trainer's weights into
+    the engine's layout and their load are the weight sync's.)"""
     host = 2 * engine_weight_bytes / (params.host_link_GBps * 1e9) if sleep_level == 1 else 0.0
-    return params.engine_switch_s + host
+    capture = params.graph_capture_s if sleep_level == 0 and cuda_graphs else 0.0
+    return params.engine_switch_s + host + capture
 
 
 def sync_calls(shapes: tuple[StageShape, ...], params: CostParams) -> int:

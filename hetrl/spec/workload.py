@@ -49,7 +49,9 @@ class WorkloadSpec:
     (an answer checker on the CPU, priced as negligible: no reward model, no such task).
     ``gen_sleep_level``: how a co-located rollout engine sleeps between rollouts (vLLM sleep
     mode): 1 offloads its weights to host memory (and back), 2 discards them (the weight sync
-    reloads them); either frees the KV cache.
+    reloads them); either frees the KV cache and keeps the CUDA graphs. 0: no sleep mode (verl's
+    ``free_cache_engine`` before vLLM had one): the weights stay on the GPU, the KV cache is
+    freed and rebuilt, and the CUDA graphs (``gen_cuda_graphs``) are captured again.
     ``kl`` says where the KL to the reference enters (hetrl.spec.tasks.KL_MODES): "loss" (the
     default) or "reward" price a reference model and its forward (``reference_inference``);
     "none" (DAPO, GPG) has neither.
@@ -133,9 +135,10 @@ class WorkloadSpec:
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
         one_of("reward", self.reward, REWARDS)
         one_of("kl", self.kl, KL_MODES)
-        require(self.gen_sleep_level in (1, 2) and not isinstance(self.gen_sleep_level, bool),
+        require(self.gen_sleep_level in (0, 1, 2) and not isinstance(self.gen_sleep_level, bool),
                 "gen_sleep_level", self.gen_sleep_level,
-                "must be 1 (weights to host memory) or 2 (weights discarded): vLLM's sleep levels")
+                "must be 1 (weights to host memory) or 2 (weights discarded), vLLM's sleep "
+                "levels, or 0 (no sleep mode: the engine restarts cold)")
         for key in ("precision", "optimizer", "pad_to"):
             require(isinstance(getattr(self, key), str), key, getattr(self, key),
                     "must be a string")

@@ -144,7 +144,26 @@ def test_sleep_level_2_drops_the_weights_host_round_trip():
     assert one - two == pytest.approx(2 * shard.weight_bytes / (
         DEFAULT_PARAMS.host_link_GBps * 1e9), rel=1e-9)
     assert switch_seconds(shard.weight_bytes, DEFAULT_PARAMS, 2) == DEFAULT_PARAMS.engine_switch_s
-    for bad in (0, 3, True, "2"):
+    for bad in (-1, 3, True, "2"):
         with pytest.raises(SpecError) as err:
             wl.with_(gen_sleep_level=bad)
         assert err.value.field == "gen_sleep_level"
+
+
+def test_a_cold_restart_captures_the_cuda_graphs_again():
+    """Without sleep mode (level 0: verl's free_cache_engine) the weights stay on the GPU and
+    the engine captures its CUDA graphs on every rebuild (graph_capture_s); an eager engine has
+    none to capture; a dedicated engine never restarts."""
+    from hetrl.cost.rollout import switch_seconds
+
+    wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
+    plan = colocated_plan(wl, cl, tp=2)
+    two = CostModel(wl.with_(gen_sleep_level=2), cl).estimate(plan).tasks["weight_sync"]
+    cold = CostModel(wl.with_(gen_sleep_level=0), cl).estimate(plan).tasks["weight_sync"]
+    eager = CostModel(wl.with_(gen_sleep_level=0, gen_cuda_graphs=False), cl)
+    eager_two = CostModel(wl.with_(gen_sleep_level=2, gen_cuda_graphs=False), cl)
+    assert cold - two == pytest.approx(DEFAULT_PARAMS.graph_capture_s, rel=1e-9)
+    assert eager.estimate(plan).tasks["weight_sync"] == pytest.approx(
+        eager_two.estimate(plan).tasks["weight_sync"], rel=1e-12)
+    assert switch_seconds(1e9, DEFAULT_PARAMS, 0, cuda_graphs=True) == pytest.approx(
+        DEFAULT_PARAMS.engine_switch_s + DEFAULT_PARAMS.graph_capture_s)
