@@ -208,6 +208,12 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             out = self._engines.put(key, (shapes, hw, engine))
         return out[2]
 
+    def framework_seconds(self, kind: str) -> float:
+        """The RL framework's seconds per call of a task of ``kind`` ("generation", "inference",
+        "training") over the iteration's batch (:func:`~hetrl.cost.framework.task_framework_seconds`),
+        added once to each task's time as its ``framework`` part."""
+        return self._framework[kind]
+
     def _copy_name(self, task: str) -> str:
         role = self.workload.task(task).role
         if task == "actor_generation" and self.workload.mode == "async":
@@ -249,11 +255,11 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         need = mem.weights + mem.states + mem.working
         if self.workload.task(p.task).kind == "generation":
             own = self._kv_pool(p, self._mem_bytes - mem.weights)
-            seconds = self._generation(p, np.where(mem.weights > 0, own, 0.0)).seconds
+            seconds = self.generation_cost(p, np.where(mem.weights > 0, own, 0.0)).seconds
             seq_max = (self.L.prompt_max + self.L.response_max) / self.L.seq_mean
             need = need + mem.kv_per_seq * seq_max
         else:
-            seconds = self._forward_task_compute(p).seconds
+            seconds = self.forward_task_cost(p).seconds
         return seconds, need
 
     def estimate(self, plan: Plan, check: bool = True) -> Estimate:
@@ -269,7 +275,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             return cached
         if self._own.full():
             self.clear_memos()
-        est = self._estimate(plan)
+        est = self.estimate_uncached(plan)
         self._plans[key] = est
         return est
 
@@ -282,7 +288,10 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         Estimates do not change, only their speed until the tables fill again."""
         self._own.clear()
 
-    def _estimate(self, plan: Plan) -> Estimate:
+    def estimate_uncached(self, plan: Plan) -> Estimate:
+        """Estimate ``plan`` without the plan-level memo and without validating it: every task,
+        memory and sync term still comes from (or fills) its memo table. What :meth:`estimate`
+        calls on a miss; the benchmark's warm-task path and the golden check's shared run."""
         wl = self.workload
         placements = {p.task: p for p in plan.placements}
         gen = placements["actor_generation"]

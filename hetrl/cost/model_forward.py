@@ -41,7 +41,7 @@ class ForwardTerms:
                            p.backend, p.offload, self._batching[p.task])
             out = self._tasks.get(compute_key)
             if out is None:
-                out = self._tasks[compute_key] = self._forward_task_compute(p)
+                out = self._tasks[compute_key] = self.forward_task_cost(p)
             self._tasks[p] = out
         data_s = self._data_transfer(gen, p, kind)
         if data_s != 0.0:
@@ -51,7 +51,11 @@ class ForwardTerms:
         self._tasks[key] = out
         return out
 
-    def _forward_task_compute(self, p: TaskPlacement) -> TaskResult:
+    def forward_task_cost(self, p: TaskPlacement) -> TaskResult:
+        """An inference or training task on ``p`` without its input transfer: the slowest
+        replica at its straggler load, times the optimizer steps, plus Megatron's DP sync and
+        optimizer step or FSDP's collectives, the offload and the framework's per-call seconds
+        (seconds, with its parts). Not memoised here (:meth:`_forward_task` is)."""
         wl = self.workload
         kind = wl.task(p.task).kind
         shapes = self.shapes(p.task, p)

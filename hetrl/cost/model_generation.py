@@ -17,7 +17,12 @@ from hetrl.plan import TaskPlacement
 class GenerationTerms:
     """The generation task (mixed into CostModel)."""
 
-    def _generation(self, p: TaskPlacement, kv_budget: np.ndarray) -> TaskResult:
+    def generation_cost(self, p: TaskPlacement, kv_budget: np.ndarray) -> TaskResult:
+        """The generation task on ``p`` when each device gives its engine's KV cache
+        ``kv_budget`` bytes (an array over all devices of the cluster; a stage's budget is the
+        smallest of its devices', rounded to 1e6 bytes): the slowest replica's seconds and parts
+        plus the framework's per-call seconds, every replica's violations, and the slowest's
+        concurrency and phases. Memoised per (placement, rounded budgets)."""
         shapes = self.shapes(p.task, p)
         flat, starts = self._stage_index(p)
         mins = np.minimum.reduceat(kv_budget[flat], starts).round(-6).reshape(p.dp, p.pp)

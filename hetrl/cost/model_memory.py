@@ -262,7 +262,7 @@ class MemoryTerms:
         peak_bytes = mem.need
         if mem.generation >= 0:
             budget = self._kv_pool(placements[mem.generation], mem.kv_budget)
-            generation = self._generation(placements[mem.generation], budget)
+            generation = self.generation_cost(placements[mem.generation], budget)
             kv_used = np.minimum(np.maximum(budget, 0.0),
                                  generation.concurrency * mem.generation_kv_per_seq)
             peak_bytes = np.maximum(mem.need, mem.resident + kv_used)

@@ -24,6 +24,12 @@ DATA_BYTES_PER_TOKEN = {"inference": 4.0, "training": 20.0}
 class TransferTerms:
     """Rollout data and the weight sync (mixed into CostModel)."""
 
+    def rollout_transfer_seconds(self, gen: TaskPlacement, p: TaskPlacement) -> float:
+        """Seconds of moving the rollout data from the generation replicas of ``gen`` to the
+        replicas of the inference or training placement ``p`` (the slowest replica's, bounded
+        by capped region pairs): the ``data`` part of ``p``'s task."""
+        return self._data_transfer(gen, p, self._info[p.task][0])
+
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float:
         """Rollout data from the generation replicas to each replica of ``p`` (seconds). Only
         :meth:`_forward_task` asks, once per (``p``, ``gen``), and memoises its answer."""
