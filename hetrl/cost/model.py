@@ -29,12 +29,13 @@ from hetrl.cost.memo import MODEL_FACTS, OwnTables, SharedTables
 from hetrl.cost.model_forward import ForwardTerms
 from hetrl.cost.model_generation import GenerationTerms
 from hetrl.cost.model_memory import MemoryTerms
-from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN, TransferTerms, dp_links, fan_in_links
+from hetrl.cost.model_transfers import TransferTerms
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.primitives import node_symmetry
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.result import Estimate, MemoryReport, TaskResult
 from hetrl.cost.tasks import PARTS, forward_engine, generation_engine
+from hetrl.cost.transfers import DATA_BYTES_PER_TOKEN, dp_links, fan_in_links
 from hetrl.cost.workflow import iteration_time
 from hetrl.plan import Plan, TaskPlacement, validate
 from hetrl.spec.cluster import ClusterSpec
