@@ -75,7 +75,7 @@ class ForwardTerms:
         if out is None:
             # a pure function of the kind, stage shapes, grid and data shares: shared by tasks
             # of equal shapes on one layout (e.g. reward and critic inference of one model)
-            # (shapes are interned and never dropped (``self._shapes``), so their id is theirs)
+            # (shapes are interned and never dropped (CostModel.shapes), so their id is theirs)
             compute_key = ("compute", kind, id(self.shapes(p.task, p)), p.devices, p.data_shares,
                            p.backend, p.offload, self._batching[p.task])
             out = self._tasks.get(compute_key)
