@@ -1,14 +1,18 @@
 """CostModel: the analytical estimate of one RL iteration of a plan (time, parts, memory).
 
-The formulas live one place per task kind: :mod:`~hetrl.cost.model_generation` (the rollout),
-:mod:`~hetrl.cost.model_forward` (inference and training, Megatron and FSDP),
-:mod:`~hetrl.cost.model_transfers` (rollout data and the weight sync) and
-:mod:`~hetrl.cost.model_memory` (placements' and task groups' memory), each a mixin of
-:class:`CostModel`, which builds the building blocks (stage shapes, replica hardware, engines)
-and puts the answer together (:meth:`CostModel.estimate`, with :mod:`~hetrl.cost.workflow`).
-Every memo table is named and bounded in :mod:`~hetrl.cost.memo`: searches change one task at a
-time, so most of a new plan's tasks hit them. A CostModel is bound to one workload, cluster and
-set of parameters; :func:`estimate` keeps one per (workload, cluster, params).
+The formulas are pure functions, one module per task kind: :mod:`~hetrl.cost.generation` (the
+rollout), :mod:`~hetrl.cost.forward` (inference and training, Megatron and FSDP),
+:mod:`~hetrl.cost.transfers` (rollout data, the weight sync's overheads) and
+:mod:`~hetrl.cost.group_memory` (placements' and task groups' memory). CostModel is the caching
+facade around them: its mixins :mod:`~hetrl.cost.model_generation`,
+:mod:`~hetrl.cost.model_forward`, :mod:`~hetrl.cost.model_transfers` and
+:mod:`~hetrl.cost.model_memory` key the memo tables and call the formulas (each declares what it
+reads of CostModel in a Protocol), and CostModel builds the building blocks (stage shapes,
+replica hardware, engines) and puts the answer together (:meth:`CostModel.estimate`, with
+:mod:`~hetrl.cost.workflow`). Every memo table is named and bounded in :mod:`~hetrl.cost.memo`:
+searches change one task at a time, so most of a new plan's tasks hit them. A CostModel is
+bound to one workload, cluster and set of parameters; :func:`estimate` keeps one per (workload,
+cluster, params). docs/cost-model.md, "Code layout", lists the public methods and their users.
 """
 
 from __future__ import annotations
