@@ -39,7 +39,12 @@ from hetrl.cost.primitives import node_symmetry
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.result import Estimate, MemoryReport, TaskResult
 from hetrl.cost.tasks import PARTS, forward_engine, generation_engine
-from hetrl.cost.transfers import DATA_BYTES_PER_TOKEN, dp_links, fan_in_links
+from hetrl.cost.transfers import (
+    DATA_BYTES_PER_TOKEN,
+    dp_links,
+    fan_in_links,
+    sync_overhead_seconds,
+)
 from hetrl.cost.workflow import iteration_time
 from hetrl.plan import Plan, TaskPlacement, validate
 from hetrl.spec.cluster import ClusterSpec
@@ -313,7 +318,10 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                               self._gpus)
         data_s = self._weight_sync(gen, placements["actor_training"], plan.sync_relay)
         devices = {t: d for g in groups for t, d in g.device_sets}
-        calls_s, switch_s = self.sync_overheads(gen, data_s, devices)
+        # (the formula directly, not through sync_overheads: one call less per estimate)
+        calls_s, switch_s = sync_overhead_seconds(self.shapes(gen.task, gen), self.params, data_s,
+                                                  gen.task, devices, wl.mode == "sync",
+                                                  wl.gen_sleep_level)
         sync_s = data_s + calls_s + switch_s
         seconds = {t: r.seconds for t, r in results.items()}
         if len(self._makespan) >= self._makespan.limit:  # (iteration_time fills it)

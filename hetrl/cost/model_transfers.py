@@ -20,7 +20,6 @@ from hetrl.cost.transfers import (  # (re-exported: importers of this module's n
     fan_in_links,
     fan_in_seconds,
     pair_bound_seconds,
-    shares_devices,
     sync_overhead_seconds,
 )
 from hetrl.plan import TaskPlacement
@@ -133,6 +132,5 @@ class TransferTerms:
         calls when weights move (``data_s`` > 0); a switch in sync mode when another task uses
         some of generation's GPUs (``devices``: each task's GPUs)."""
         wl = self.workload
-        return sync_overhead_seconds(
-            self.shapes(gen.task, gen), self.params, data_s > 0,
-            wl.mode == "sync" and shares_devices(gen.task, devices), wl.gen_sleep_level)
+        return sync_overhead_seconds(self.shapes(gen.task, gen), self.params, data_s, gen.task,
+                                     devices, wl.mode == "sync", wl.gen_sleep_level)

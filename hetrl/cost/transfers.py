@@ -65,22 +65,21 @@ def pair_bound_seconds(topology: Topology, caps: np.ndarray, src_shares: Sequenc
     return float((load / caps).max()) if caps.size else 0.0
 
 
-def shares_devices(task: str, devices: dict[str, frozenset[int]]) -> bool:
-    """Whether another task uses some of ``task``'s GPUs (``devices``: each task's GPUs)."""
-    mine = devices[task]
-    return any(t != task and not d.isdisjoint(mine) for t, d in devices.items())
-
-
-def sync_overhead_seconds(gen_shapes: tuple[StageShape, ...], params: CostParams,
-                          moves_weights: bool, switches_engine: bool, sleep_level: int
-                          ) -> tuple[float, float]:
+def sync_overhead_seconds(gen_shapes: tuple[StageShape, ...], params: CostParams, data_s: float,
+                          gen_task: str, devices: dict[str, frozenset[int]], sync_mode: bool,
+                          sleep_level: int) -> tuple[float, float]:
     """(the weight sync's NCCL call overhead, the co-located rollout engine's sleep and wake)
-    seconds per iteration (:mod:`hetrl.cost.rollout`): calls when weights move; a switch when the
-    engine (stages ``gen_shapes``) shares its GPUs in sync mode, at its ``sleep_level``."""
-    calls_s = sync_call_seconds(gen_shapes, params) if moves_weights else 0.0
-    switch_s = switch_seconds(max(s.weight_bytes for s in gen_shapes), params, sleep_level) \
-        if switches_engine else 0.0
-    return calls_s, switch_s
+    seconds per iteration (:mod:`hetrl.cost.rollout`): calls when weights move (``data_s``, the
+    sync's seconds, > 0); a switch in sync mode when another task uses some of the GPUs of the
+    engine (task ``gen_task``, stages ``gen_shapes``; ``devices``: each task's GPUs), at its
+    ``sleep_level``."""
+    calls_s = sync_call_seconds(gen_shapes, params) if data_s > 0 else 0.0
+    if sync_mode:
+        mine = devices[gen_task]
+        if any(t != gen_task and not d.isdisjoint(mine) for t, d in devices.items()):
+            return calls_s, switch_seconds(max(s.weight_bytes for s in gen_shapes), params,
+                                           sleep_level)
+    return calls_s, 0.0
 
 
 def dp_links(cluster: ClusterSpec, grid: Grid, stage_bytes: tuple[float, ...]
