@@ -19,8 +19,8 @@ Three rates:
   new device sets (the 64 GPUs dealt at random into the three groups: every (task, device set,
   layout) new, the memo key the issue names -- the strictest row);
 - warm-task: new plans whose placements were all seen before: one CostModel, the plan-level memo
-  bypassed (``CostModel._estimate``), every task, memory (per placement and per task group) and
-  sync term hits its cache;
+  bypassed (``CostModel.estimate_uncached``), every task, memory (per placement and per task
+  group) and sync term hits its cache;
 - warm-plan: the same plan again (the plan-level memo).
 
 Each rate is also printed as a ratio to a reference loop run in the same process (1e5 dict
@@ -145,7 +145,7 @@ def main() -> None:
     warm_plans = [make_plan(rng) for _ in range(64)]
     shared = CostModel(wl, cluster)
     for p in warm_plans:  # every placement, memory and sync term seen once
-        shared._estimate(p)
+        shared.estimate_uncached(p)
     shared.estimate(plan, check=False)
 
     # The prebuilt plans (some 300,000 objects) are the benchmark's, not the cost model's: keep
@@ -163,7 +163,8 @@ def main() -> None:
         ("cold (new device sets)", best_rate(
             lambda i: CostModel(wl, cluster).estimate(set_plans[i], check=False), args.cold),
          2000),
-        ("warm-task", best_rate(lambda i: shared._estimate(warm_plans[i % 64]), args.warm), 20000),
+        ("warm-task", best_rate(lambda i: shared.estimate_uncached(warm_plans[i % 64]),
+                                args.warm), 20000),
         ("warm-plan", best_rate(lambda i: shared.estimate(plan, check=False), 10 * args.warm),
          20000),
         ("warm-plan + validate()", best_rate(lambda i: shared.estimate(plan, check=True),

@@ -110,7 +110,7 @@ def _answers(model: CostModel, plan: Plan) -> dict[str, Any]:
     fresh = fresh_of()
     out: dict[str, Any] = {
         "fresh": run(lambda: fresh.estimate(plan).to_dict()),
-        "shared": run(lambda: model._estimate(plan).to_dict()),
+        "shared": run(lambda: model.estimate_uncached(plan).to_dict()),
         "kv_budgets": run(lambda: _nonzero(fresh_of().kv_budgets(plan))),
         "replica_seconds": {p.task: run(lambda p=p: fresh_of().replica_seconds(p))
                             for p in plan.placements},

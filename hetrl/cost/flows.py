@@ -7,7 +7,7 @@ The flows are those the simulator replays (sim/engine.py), at the batch's expect
 - ``rollout data``: samples are dealt to generation replicas and to each consumer's replicas in
   contiguous runs by data share, so generation replica g sends consumer replica r the overlap of
   their runs (a fraction of the batch) times ``samples x E[prompt + response] x`` bytes per
-  token (:data:`~hetrl.cost.model_transfers.DATA_BYTES_PER_TOKEN`), to the replica's first device;
+  token (:data:`~hetrl.cost.transfers.DATA_BYTES_PER_TOKEN`), to the replica's first device;
 - ``weight sync``: the transfers of :func:`~hetrl.cost.sync.weight_sync_transfers` (source,
   destination, bytes) from actor training to generation: every generation GPU's pulls, or with
   the plan's ``sync_relay`` one copy per remote region (its slices pulled by that region's
@@ -29,9 +29,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from hetrl.cost.model import CostModel
-from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_transfers
+from hetrl.cost.transfers import DATA_BYTES_PER_TOKEN
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec

@@ -1,14 +1,18 @@
 """CostModel: the analytical estimate of one RL iteration of a plan (time, parts, memory).
 
-The formulas live one place per task kind: :mod:`~hetrl.cost.model_generation` (the rollout),
-:mod:`~hetrl.cost.model_forward` (inference and training, Megatron and FSDP),
-:mod:`~hetrl.cost.model_transfers` (rollout data and the weight sync) and
-:mod:`~hetrl.cost.model_memory` (placements' and task groups' memory), each a mixin of
-:class:`CostModel`, which builds the building blocks (stage shapes, replica hardware, engines)
-and puts the answer together (:meth:`CostModel.estimate`, with :mod:`~hetrl.cost.workflow`).
-Every memo table is named and bounded in :mod:`~hetrl.cost.memo`: searches change one task at a
-time, so most of a new plan's tasks hit them. A CostModel is bound to one workload, cluster and
-set of parameters; :func:`estimate` keeps one per (workload, cluster, params).
+The formulas are pure functions, one module per task kind: :mod:`~hetrl.cost.generation` (the
+rollout), :mod:`~hetrl.cost.forward` (inference and training, Megatron and FSDP),
+:mod:`~hetrl.cost.transfers` (rollout data, the weight sync's overheads) and
+:mod:`~hetrl.cost.group_memory` (placements' and task groups' memory). CostModel is the caching
+facade around them: its mixins :mod:`~hetrl.cost.model_generation`,
+:mod:`~hetrl.cost.model_forward`, :mod:`~hetrl.cost.model_transfers` and
+:mod:`~hetrl.cost.model_memory` key the memo tables and call the formulas (each declares what it
+reads of CostModel in a Protocol), and CostModel builds the building blocks (stage shapes,
+replica hardware, engines) and puts the answer together (:meth:`CostModel.estimate`, with
+:mod:`~hetrl.cost.workflow`). Every memo table is named and bounded in :mod:`~hetrl.cost.memo`:
+searches change one task at a time, so most of a new plan's tasks hit them. A CostModel is
+bound to one workload, cluster and set of parameters; :func:`estimate` keeps one per (workload,
+cluster, params). docs/cost-model.md, "Code layout", lists the public methods and their users.
 """
 
 from __future__ import annotations
@@ -29,12 +33,18 @@ from hetrl.cost.memo import MODEL_FACTS, OwnTables, SharedTables
 from hetrl.cost.model_forward import ForwardTerms
 from hetrl.cost.model_generation import GenerationTerms
 from hetrl.cost.model_memory import MemoryTerms
-from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN, TransferTerms, dp_links, fan_in_links
+from hetrl.cost.model_transfers import TransferTerms
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.primitives import node_symmetry
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.result import Estimate, MemoryReport, TaskResult
 from hetrl.cost.tasks import PARTS, forward_engine, generation_engine
+from hetrl.cost.transfers import (
+    DATA_BYTES_PER_TOKEN,
+    dp_links,
+    fan_in_links,
+    sync_overhead_seconds,
+)
 from hetrl.cost.workflow import iteration_time
 from hetrl.plan import Plan, TaskPlacement, validate
 from hetrl.spec.cluster import ClusterSpec
@@ -208,6 +218,12 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             out = self._engines.put(key, (shapes, hw, engine))
         return out[2]
 
+    def framework_seconds(self, kind: str) -> float:
+        """The RL framework's seconds per call of a task of ``kind`` ("generation", "inference",
+        "training") over the iteration's batch (:func:`~hetrl.cost.framework.task_framework_seconds`),
+        added once to each task's time as its ``framework`` part."""
+        return self._framework[kind]
+
     def _copy_name(self, task: str) -> str:
         role = self.workload.task(task).role
         if task == "actor_generation" and self.workload.mode == "async":
@@ -249,11 +265,11 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         need = mem.weights + mem.states + mem.working
         if self.workload.task(p.task).kind == "generation":
             own = self._kv_pool(p, self._mem_bytes - mem.weights)
-            seconds = self._generation(p, np.where(mem.weights > 0, own, 0.0)).seconds
+            seconds = self.generation_cost(p, np.where(mem.weights > 0, own, 0.0)).seconds
             seq_max = (self.L.prompt_max + self.L.response_max) / self.L.seq_mean
             need = need + mem.kv_per_seq * seq_max
         else:
-            seconds = self._forward_task_compute(p).seconds
+            seconds = self.forward_task_cost(p).seconds
         return seconds, need
 
     def estimate(self, plan: Plan, check: bool = True) -> Estimate:
@@ -269,7 +285,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             return cached
         if self._own.full():
             self.clear_memos()
-        est = self._estimate(plan)
+        est = self.estimate_uncached(plan)
         self._plans[key] = est
         return est
 
@@ -282,7 +298,10 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         Estimates do not change, only their speed until the tables fill again."""
         self._own.clear()
 
-    def _estimate(self, plan: Plan) -> Estimate:
+    def estimate_uncached(self, plan: Plan) -> Estimate:
+        """Estimate ``plan`` without the plan-level memo and without validating it: every task,
+        memory and sync term still comes from (or fills) its memo table. What :meth:`estimate`
+        calls on a miss; the benchmark's warm-task path and the golden check's shared run."""
         wl = self.workload
         placements = {p.task: p for p in plan.placements}
         gen = placements["actor_generation"]
@@ -299,7 +318,10 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                               self._gpus)
         data_s = self._weight_sync(gen, placements["actor_training"], plan.sync_relay)
         devices = {t: d for g in groups for t, d in g.device_sets}
-        calls_s, switch_s = self.sync_overheads(gen, data_s, devices)
+        # (the formula directly, not through sync_overheads: one call less per estimate)
+        calls_s, switch_s = sync_overhead_seconds(self.shapes(gen.task, gen), self.params, data_s,
+                                                  gen.task, devices, wl.mode == "sync",
+                                                  wl.gen_sleep_level, wl.gen_cuda_graphs)
         sync_s = data_s + calls_s + switch_s
         seconds = {t: r.seconds for t, r in results.items()}
         if len(self._makespan) >= self._makespan.limit:  # (iteration_time fills it)

@@ -1,78 +1,73 @@
-"""The generation task of :class:`~hetrl.cost.model.CostModel`: each rollout replica priced by
-its engine (:func:`hetrl.cost.tasks.generation_engine`) under the KV budget its devices leave,
-the slowest replica counting (docs/cost-model.md, "Generation tasks"). A mixin."""
+"""The generation task of :class:`~hetrl.cost.model.CostModel`: the memo tables around the
+formulas of :mod:`hetrl.cost.generation` (each rollout replica priced by its engine,
+:func:`hetrl.cost.tasks.generation_engine`, under the KV budget its devices leave, the slowest
+replica counting; docs/cost-model.md, "Generation tasks"). A mixin: :class:`GenerationHost`
+lists what it reads of its host."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hetrl.cost.flops import StageShape
+from hetrl.cost.generation import slowest_generation, stage_kv_budgets
 from hetrl.cost.memo import STAGE_STARTS
+from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.result import TaskResult
-from hetrl.cost.tasks import ReplicaCost
 from hetrl.plan import TaskPlacement
+from hetrl.spec.workload import WorkloadSpec
+
+
+@runtime_checkable
+class GenerationHost(Protocol):
+    """What :class:`GenerationTerms` reads of the CostModel it is mixed into."""
+
+    workload: WorkloadSpec
+    #: per task kind the framework's seconds per call
+    _framework: dict[str, float]
+    #: memo: (placement, KV budgets) -> TaskResult
+    _tasks: dict
+
+    def shapes(self, task: str, p: TaskPlacement) -> tuple[StageShape, ...]: ...
+
+    def replica_hws(self, p: TaskPlacement) -> tuple[ReplicaHW, ...]: ...
+
+    def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
+                task: str = ...) -> Any: ...
 
 
 class GenerationTerms:
-    """The generation task (mixed into CostModel)."""
+    """The generation task (mixed into CostModel; host: :class:`GenerationHost`)."""
 
-    def _generation(self, p: TaskPlacement, kv_budget: np.ndarray) -> TaskResult:
-        shapes = self.shapes(p.task, p)
-        flat, starts = self._stage_index(p)
-        mins = np.minimum.reduceat(kv_budget[flat], starts).round(-6).reshape(p.dp, p.pp)
-        budgets = tuple(map(tuple, mins.tolist()))
+    def generation_cost(self, p: TaskPlacement, kv_budget: np.ndarray) -> TaskResult:
+        """The generation task on ``p`` when each device gives its engine's KV cache
+        ``kv_budget`` bytes (an array over all devices of the cluster; a stage's budget is the
+        smallest of its devices', rounded to 1e6 bytes): the slowest replica's seconds and parts
+        plus the framework's per-call seconds, every replica's violations, and the slowest's
+        concurrency and phases (:func:`~hetrl.cost.generation.slowest_generation`). Memoised
+        per (placement, rounded budgets)."""
+        budgets = stage_kv_budgets(kv_budget, p.device_array, _stage_starts(p), p.dp, p.pp)
         key = (p, budgets)
         out = self._tasks.get(key)
         if out is not None:
             return out
+        shapes = self.shapes(p.task, p)
         engine_of = self._engine
-        samples, max_conc = self.workload.samples, self.workload.gen_max_concurrency
-        # A replica's time rises with its sequence count for a given engine (hardware) and KV
-        # budget (docs/cost-model.md), so per (engine, budget) only the replica with the most
-        # sequences (the first of equals) can be the slowest: price that one. Violations depend
-        # on the engine and budget alone and are reported for every replica.
-        classes: dict[Any, list] = {}  # (engine, budget) -> [most sequences, its index, engine]
-        members: list[Any] = []
-        for i, (share, hw, budget) in enumerate(zip(p.data_shares, self.replica_hws(p),
-                                                     budgets, strict=True)):
-            engine = engine_of("generation", shapes, hw)
-            cls_key = (id(engine), budget)
-            n = samples * share
-            cls = classes.get(cls_key)
-            if cls is None:
-                classes[cls_key] = [n, i, engine, budget]
-            elif n > cls[0]:
-                cls[0], cls[1] = n, i
-            members.append(cls_key)
-        worst: ReplicaCost | None = None
-        worst_i = -1
-        priced: dict[Any, ReplicaCost] = {}
-        for cls_key, (n, i, engine, budget) in classes.items():
-            rc = priced[cls_key] = engine.replica(n, budget, max_conc, samples)
-            if worst is None or rc.seconds > worst.seconds or (
-                    rc.seconds == worst.seconds and i < worst_i):
-                worst, worst_i = rc, i
-        assert worst is not None
-        violations: list[str] = []
-        for replica, cls_key in zip(p.devices, members, strict=True):
-            rc = priced[cls_key]
-            if rc.violations:
-                violations += [f"actor_generation replica {replica[0][0]}..: {v}"
-                               for v in rc.violations]
-        parts = dict(worst.parts)
-        fw = self._framework["generation"]
-        parts["framework"] = fw
-        out = TaskResult(worst.seconds + fw, parts, tuple(violations), worst.concurrency,
-                         worst.phases)
-        self._tasks[key] = out
+        engines = [engine_of("generation", shapes, hw) for hw in self.replica_hws(p)]
+        wl = self.workload
+        out = self._tasks[key] = slowest_generation(
+            engines, p.data_shares, budgets, p.devices, wl.samples, wl.gen_max_concurrency,
+            self._framework["generation"])
         return out
 
-    def _stage_index(self, p: TaskPlacement) -> tuple[np.ndarray, np.ndarray]:
-        """Device ids flattened (replica, stage, rank) and the start of each (replica, stage)."""
-        key = (len(p.device_ids), p.tp)
-        starts = STAGE_STARTS.get(key)
-        if starts is None:
-            starts = STAGE_STARTS.put(key, np.arange(0, key[0], key[1]))
-            starts.setflags(write=False)
-        return p.device_array, starts
+
+def _stage_starts(p: TaskPlacement) -> np.ndarray:
+    """The index of each (replica, stage)'s first device in ``p``'s flattened device ids
+    (memoised per device count and tp, read-only)."""
+    key = (len(p.device_ids), p.tp)
+    starts = STAGE_STARTS.get(key)
+    if starts is None:
+        starts = STAGE_STARTS.put(key, np.arange(0, key[0], key[1]))
+        starts.setflags(write=False)
+    return starts

@@ -86,10 +86,10 @@ def test_fsdp_gathers_hide_behind_compute_until_the_network_is_slow():
                       (RegionLink("r0", "r1", 20.0, 1.0),))
     layers = wl.model("actor").layers
     p = make_placement("actor_training", tuple(range(8)), 8, 1, 1, layers, backend="fsdp")
-    inside = CostModel(wl, near)._forward_task_compute(p)
+    inside = CostModel(wl, near).forward_task_cost(p)
     assert inside.parts["dp"] == 0.0
     wide = make_placement("actor_training", tuple(range(16)), 16, 1, 1, layers, backend="fsdp")
-    across = CostModel(wl, far)._forward_task_compute(wide)
+    across = CostModel(wl, far).forward_task_cost(wide)
     assert across.parts["dp"] > across.parts["compute"]
     assert across.seconds == pytest.approx(sum(across.parts.values()), rel=1e-12)
 
@@ -111,8 +111,8 @@ def test_offload_trades_memory_for_host_traffic():
     trip = 2 * shape.params * (wl.bytes_per_value + prm.optimizer_state_bytes) / 8 / (
         prm.host_link_GBps * 1e9)
     assert wl.optimizer_steps > 1
-    assert model._forward_task_compute(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
-    assert model._forward_task_compute(off).parts["offload"] == 0.0
+    assert model.forward_task_cost(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
+    assert model.forward_task_cost(off).parts["offload"] == 0.0
 
 
 def test_plan_files_keep_the_backend_and_validation_names_misuse():
@@ -169,9 +169,9 @@ def test_megatron_offload_moves_the_states_to_the_call_and_prices_the_round_trip
     prm, shape = model.params, model.shapes("actor_training", on)[0]
     trip = 2 * shape.params * (wl.bytes_per_value + prm.grad_bytes
                                + prm.optimizer_state_bytes / 4) / (prm.host_link_GBps * 1e9)
-    assert model._forward_task_compute(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
-    assert model._forward_task_compute(on).seconds == pytest.approx(
-        model._forward_task_compute(off).seconds + trip, rel=1e-9)
+    assert model.forward_task_cost(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
+    assert model.forward_task_cost(on).seconds == pytest.approx(
+        model.forward_task_cost(off).seconds + trip, rel=1e-9)
     with_off = plan.with_placement(on)
     sim = [simulate(p, wl, cl, 1).metrics["tasks"]["actor_training"] for p in (
         plan.with_placement(off), with_off)]

@@ -105,14 +105,13 @@ def test_the_cap_bounds_the_rollout_data_too():
     tight = ClusterSpec.from_dict(_two_regions(aggregate=5))
     free = ClusterSpec.from_dict(_two_regions())
     plan = _split(wl, free)
-    kind = wl.task("actor_training").kind
     nbytes = sum(f.nbytes for f in iteration_flows(plan, wl, tight)
                  if f.kind == "rollout data" and f.task == "actor_training")
     train = plan.placement("actor_training")
     gen = plan.placement("actor_generation")
-    tight_s = CostModel(wl, tight)._data_transfer(gen, train, kind)
+    tight_s = CostModel(wl, tight).rollout_transfer_seconds(gen, train)
     assert tight_s >= nbytes * 8 / 5e9
-    assert tight_s >= CostModel(wl, free)._data_transfer(gen, train, kind)
+    assert tight_s >= CostModel(wl, free).rollout_transfer_seconds(gen, train)
 
 
 def test_flows_share_a_capped_pair_max_min_fairly():

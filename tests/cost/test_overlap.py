@@ -54,8 +54,8 @@ def test_overlapped_dp_hides_behind_the_last_micro_batch():
     recomputation), nothing else moves; the estimate's parts still add up."""
     plain, overlapped = grpo(), grpo(overlap_grad_reduce=True)
     p = training(plain)
-    a = CostModel(plain, TWO_REGIONS)._forward_task_compute(p)
-    b = CostModel(overlapped, TWO_REGIONS)._forward_task_compute(p)
+    a = CostModel(plain, TWO_REGIONS).forward_task_cost(p)
+    b = CostModel(overlapped, TWO_REGIONS).forward_task_cost(p)
     n = plain.samples / 2  # per replica (dp 2)
     micro = -(-n // plain.micro_batch_size)
     work = a.parts["compute"] / micro  # compute-bound ("hbm" here is the Adam step)
@@ -73,16 +73,16 @@ def test_tp_overlap_shows_only_the_excess_over_compute():
     """Inside a node the TP all-reduces are shorter than the GEMMs: overlapped, none show."""
     plain, overlapped = grpo(), grpo(tp_comm_overlap=True)
     p = training(plain)
-    a = CostModel(plain, TWO_REGIONS)._forward_task_compute(p)
-    b = CostModel(overlapped, TWO_REGIONS)._forward_task_compute(p)
+    a = CostModel(plain, TWO_REGIONS).forward_task_cost(p)
+    b = CostModel(overlapped, TWO_REGIONS).forward_task_cost(p)
     assert 0 < a.parts["tp"] < a.parts["compute"]
     assert b.parts["tp"] == 0.0
     assert b.seconds == pytest.approx(a.seconds - a.parts["tp"], rel=1e-9)
     # inference tasks keep their TP time: the option is training's
     ref = make_placement("reference_inference", tuple(range(8)), 2, 1, 4,
                          plain.model("actor").layers)
-    assert CostModel(overlapped, TWO_REGIONS)._forward_task_compute(ref).parts["tp"] == \
-        CostModel(plain, TWO_REGIONS)._forward_task_compute(ref).parts["tp"] > 0
+    assert CostModel(overlapped, TWO_REGIONS).forward_task_cost(ref).parts["tp"] == \
+        CostModel(plain, TWO_REGIONS).forward_task_cost(ref).parts["tp"] > 0
 
 
 @pytest.mark.parametrize("keys", [{"overlap_grad_reduce": True}, {"tp_comm_overlap": True},
@@ -151,9 +151,9 @@ def test_a_smaller_model_trains_at_a_lower_efficiency():
     is 1 / that ratio slower than with the curve switched off."""
     wl = grpo()
     p = training(wl)
-    curved = CostModel(wl, TWO_REGIONS)._forward_task_compute(p).parts["compute"]
+    curved = CostModel(wl, TWO_REGIONS).forward_task_cost(p).parts["compute"]
     flat = CostModel(wl, TWO_REGIONS, replace(DEFAULT_PARAMS, flops_half_hidden=0.0)
-                     )._forward_task_compute(p).parts["compute"]
+                     ).forward_task_cost(p).parts["compute"]
     h, h0 = 2560, DEFAULT_PARAMS.flops_half_hidden
     ratio = h / (h + h0) * (4096 + h0) / 4096
     assert model_preset("Qwen3-4B").hidden == h

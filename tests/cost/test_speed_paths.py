@@ -142,7 +142,7 @@ def test_fresh_and_shared_models_agree(paper64):
         plan = Plan((TaskGroup(("actor_generation",), tuple(gen)),
                      TaskGroup(inference, tuple(a100[:8])), TaskGroup(training, tuple(a100[8:]))),
                     tuple(placements))
-        assert CostModel(wl, paper64).estimate(plan).to_dict() == shared._estimate(plan).to_dict()
+        assert CostModel(wl, paper64).estimate(plan).to_dict() == shared.estimate_uncached(plan).to_dict()
 
 
 def test_makespan_replay_equals_merging():
@@ -195,17 +195,17 @@ def test_generation_prices_the_slowest_replica(paper64):
         p = make_placement("actor_generation", devices, 10, 1, 4, 36, data_weights=weights)
         model = CostModel(wl, paper64)
         budget = np.where(np.isin(np.arange(64), devices), 30e9, 0.0)
-        got = model._generation(p, budget)
+        got = model.generation_cost(p, budget)
         shapes = model.shapes(p.task, p)
         each = [generation_engine(shapes, model.hw(r), model.L, DEFAULT_PARAMS).replica(
             wl.samples * s, (30e9,), wl.gen_max_concurrency, wl.samples)
             for s, r in zip(p.data_shares, p.devices, strict=True)]
         slowest = max(each, key=lambda rc: rc.seconds)  # the first of equals, as the model
         # (the task adds its framework cost per call to the slowest replica's)
-        fw = model._framework["generation"]
+        fw = model.framework_seconds("generation")
         assert got.seconds == slowest.seconds + fw
         assert got.parts == {**slowest.parts, "framework": fw}
-        assert model._generation(p, budget) is got  # memoised per (placement, KV budgets)
+        assert model.generation_cost(p, budget) is got  # memoised per (placement, KV budgets)
 
 
 def test_budgets_allowing_the_same_concurrency_share_one_price(paper64):
