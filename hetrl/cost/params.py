@@ -90,12 +90,12 @@ class CostParams:
     # per-step overhead: its scheduler, sampler and output processing handle every running
     # sequence every step (vLLM's "performance update" post, 2024-09: at large batches the GPU
     # idles on this host work). Charged per sequence per decode step, i.e. per generated token;
-    # fitted with the framework costs on the fit step rows: 25.8 us, rounded.
-    decode_s_per_token: float = 26e-6
+    # fitted with the framework costs on the fit step rows: 22.9 us, rounded.
+    decode_s_per_token: float = 23e-6
     # Fixed seconds per micro-batch pass of an inference or training task on each pipeline
     # stage, whatever its tokens (x3 for a training forward+backward): the framework's Python
     # loop, host-device synchronisations, FSDP's per-layer gather latencies, the log-prob and
-    # entropy kernels of one micro-batch. Fitted on the fit step rows: 21.3 ms, rounded.
+    # entropy kernels of one micro-batch. Fitted on the fit step rows: 21.5 ms, rounded.
     micro_batch_overhead_s: float = 0.021
     # A fixed cost per task call and the CPU scoring of a rule reward per sequence: the fit on
     # the fit step rows drives both to their floor (1 ms, 1e-7 s), so they default to 0.
