@@ -122,9 +122,10 @@ class SpecMark:
     def from_dict(cls, data: Any, field: str) -> SpecMark:
         require(isinstance(data, Mapping) and set(data) == {"name", "fingerprint"}, field, data,
                 "must be a mapping with exactly 'name' and 'fingerprint'")
-        fp = string(f"{field}.fingerprint", data["fingerprint"])
-        require(len(fp) == FINGERPRINT_CHARS and all(c in "0123456789abcdef" for c in fp),
-                f"{field}.fingerprint", fp, f"must be {FINGERPRINT_CHARS} lowercase hex digits")
+        fp = data["fingerprint"]
+        require(isinstance(fp, str) and len(fp) == FINGERPRINT_CHARS and all(c in "0123456789abcdef" for c in fp),
+                f"{field}.fingerprint", fp, f"must be a string of {FINGERPRINT_CHARS} lowercase hex "
+                "digits (quote it in YAML if it is all digits)")
         return cls(string(f"{field}.name", data["name"]), fp)
 
 
