@@ -207,7 +207,7 @@ def load_plan(path: str | Path, workload: WorkloadSpec | None = None,
     ones it was made for (:func:`hetrl.fingerprint.check_plan_for`: a
     :class:`~hetrl.errors.PlanMismatchError` unless ``allow_mismatch``; the names default to
     the specs') and validated against them. ``warn`` gets the check's one-line warning (a plan
-    without fingerprints, an allowed mismatch). Errors name the file."""
+    without fingerprints, an allowed mismatch) once the plan is valid. Errors name the file."""
     from hetrl.fingerprint import check_plan_for
     from hetrl.plan import validate
 
@@ -217,9 +217,9 @@ def load_plan(path: str | Path, workload: WorkloadSpec | None = None,
         if workload is not None and cluster is not None:
             note = check_plan_for(plan.made_for, workload, cluster, workload_name,
                                   cluster_name, allow_mismatch)
-            if note is not None and warn is not None:
-                warn(f"{p.name}: {note}")
             validate(plan, workload, cluster)
+            if note is not None and warn is not None:  # (a refusal stays one line)
+                warn(f"{p.name}: {note}")
         return plan
     except HetrlError as exc:
         raise _in_file(p, exc) from None

@@ -267,6 +267,11 @@ def test_an_old_plan_loads_with_a_one_line_warning(capsys, tmp_path, grpo4b, a10
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"hetrl {command}: warning: old.json: ")
         assert "no workload or cluster fingerprint" in lines[0]
+    # a refusal stays one line: the error, no warning before it
+    data["placements"][0]["tp"] = 3
+    code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                       "-p", _write(tmp_path, "old.json", json.dumps(data)))
+    assert_user_error(code, err, "old.json: placements[actor_generation].tp = 3")
 
 
 def test_a_search_writes_made_for(capsys, tmp_path):
