@@ -306,3 +306,18 @@ def test_the_example_plans_record_their_presets():
             assert mark.fingerprint == workload_fingerprint(workload_preset(mark.name)), path
         for mark in plan.made_for.cluster:
             assert mark.fingerprint == cluster_fingerprint(cluster_preset(mark.name)), path
+
+
+def test_the_fingerprints_in_the_docs_are_current():
+    import re
+
+    text = (ROOT / "docs" / "specs.md").read_text()
+    found = re.findall(r"\{name: ([\w-]+), fingerprint: ([0-9a-f]{16})\}", text)
+    found += re.findall(r"'([\w-]+)' \(fingerprint ([0-9a-f]{16})\)", text)
+    found += re.findall(r"made_for\.cluster = '([\w-]+)': the plan was made for this cluster "
+                        r"\(fingerprint ([0-9a-f]{16})\)", text)
+    assert len(found) >= 4
+    for name, fp in found:
+        spec_fp = (cluster_fingerprint(cluster_preset(name)) if name.startswith(("a100", "paper"))
+                   else workload_fingerprint(workload_preset(name)))
+        assert fp == spec_fp, name
