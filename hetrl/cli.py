@@ -139,6 +139,38 @@ def _checked_output(option: str, check: Callable[[str, str], Any]) -> Callable[[
     return parse
 
 
+def allow_mismatch_option(p: argparse.ArgumentParser) -> None:
+    """``--allow-mismatch``: use a plan made for another workload or cluster."""
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="use the plan even if it was made for another workload or cluster (its "
+                        "made_for fingerprints differ from -w/-c's): a warning, not exit 2")
+
+
+def load_plan_for(args: argparse.Namespace, workload: Any, cluster: Any) -> Any:
+    """``args.plan`` checked to be made for ``workload`` and ``cluster`` (named as ``-w`` and
+    ``-c`` give them; exit 2 on a mismatch unless ``--allow-mismatch``) and validated against
+    them; the check's warning is one line on stderr."""
+    from hetrl.io import load_plan, spec_name
+
+    return load_plan(args.plan, workload, cluster, workload_name=spec_name(args.workload),
+                     cluster_name=spec_name(args.cluster),
+                     allow_mismatch=getattr(args, "allow_mismatch", False),
+                     warn=lambda note: print(f"hetrl {args.command}: warning: {note}",
+                                             file=sys.stderr))
+
+
+def stamped(plan: Any, args: argparse.Namespace, workload: Any, cluster: Any) -> Any:
+    """``plan`` recording the fingerprints of ``workload`` and ``cluster`` under the names
+    ``-w`` and ``-c`` give them (written with every plan hetrl writes)."""
+    from dataclasses import replace
+
+    from hetrl.fingerprint import made_for
+    from hetrl.io import spec_name
+
+    return replace(plan, made_for=made_for(workload, cluster, spec_name(args.workload),
+                                           spec_name(args.cluster)))
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -148,6 +180,7 @@ def _wcp(p: argparse.ArgumentParser, plan: bool = True) -> None:
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     if plan:
         p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+        allow_mismatch_option(p)
     _json_flag(p)
 
 
@@ -219,10 +252,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 @command("validate", "check that a plan fits a workload and a cluster", _wcp)
 def cmd_validate(args: argparse.Namespace) -> int:
-    from hetrl.io import load_cluster, load_plan, load_workload
+    from hetrl.io import load_cluster, load_workload
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    plan = load_plan(args.plan, workload, cluster)
+    plan = load_plan_for(args, workload, cluster)
     emit(args, {"valid": True, "tasks": [p.task for p in plan.placements],
                 "devices": len(plan.device_ids),
                 **({"sync_relay": True} if plan.sync_relay else {})},

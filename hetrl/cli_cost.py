@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import _json_flag, command, emit, output_path, positive_int
+from hetrl.cli import (
+    _json_flag,
+    allow_mismatch_option,
+    command,
+    emit,
+    load_plan_for,
+    output_path,
+    positive_int,
+    stamped,
+)
 from hetrl.errors import HetrlError
 
 
@@ -13,6 +22,7 @@ def _estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--plan", "-p", help="plan JSON/YAML file")
+    allow_mismatch_option(p)
     src.add_argument("--colocate", action="store_true",
                      help="build a plan: every task on every device with one layout (--tp/--pp/--dp)")
     p.add_argument("--tp", type=positive_int("--tp"), default=1,
@@ -139,13 +149,16 @@ def _format(est, workload, cluster, money=None, band=None) -> str:
          "the plan does not fit)", _estimate_args)
 def cmd_estimate(args: argparse.Namespace) -> int:
     from hetrl.cost.model import CostModel
-    from hetrl.io import load_cluster, load_plan, load_workload, save_plan
+    from hetrl.io import load_cluster, load_workload, save_plan
     from hetrl.plan import colocated_plan
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     params = load_params(args.params, cluster)
     if args.colocate:
-        plan = colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp)
+        if args.allow_mismatch:
+            raise HetrlError("--allow-mismatch goes with --plan")
+        plan = stamped(colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp),
+                       args, workload, cluster)
         if args.save_plan:
             save_plan(plan, args.save_plan, "--save-plan")
     else:
@@ -153,7 +166,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise HetrlError("--save-plan goes with --colocate")
         if args.tp != 1 or args.pp != 1 or args.dp is not None:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
-        plan = load_plan(args.plan, workload, cluster)
+        plan = load_plan_for(args, workload, cluster)
     from hetrl.cost.band import estimate_band, is_colocated
     from hetrl.cost.log_stages import verl_stages
     from hetrl.cost.money import money

@@ -6,8 +6,10 @@ import argparse
 import sys
 
 from hetrl.cli import (
+    allow_mismatch_option,
     command,
     emit,
+    load_plan_for,
     nonnegative_int,
     output_dir,
     output_path,
@@ -26,6 +28,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="cluster preset or YAML/JSON: its GPU types become emulated Ray resources "
                         "and its topology the emulated network")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+    allow_mismatch_option(p)
     p.add_argument("--iterations", "-n", type=positive_int("--iterations", MAX_ITERATIONS), default=2,
                    help="RL iterations to run (default 2)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
@@ -92,7 +95,7 @@ def _kill_at(value: str | None, iterations: int) -> tuple[str, int, int] | None:
          _run_args)
 def cmd_run(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
-    from hetrl.io import load_cluster, load_plan, load_workload
+    from hetrl.io import load_cluster, load_workload
     from hetrl.search.feasibility import require_plan_fits
     from real.report import run_report
 
@@ -105,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         picture_format(args.gantt, None, "--gantt")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    plan = load_plan(args.plan, workload, cluster)
+    plan = load_plan_for(args, workload, cluster)
     params = load_params(args.params, cluster)
     require_plan_fits(plan, workload, cluster, params)
     try:

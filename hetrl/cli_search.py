@@ -12,6 +12,7 @@ from hetrl.cli import (
     output_path,
     positive_float,
     positive_int,
+    stamped,
 )
 from hetrl.limits import MAX_BUDGET_EVALS, MAX_BUDGET_S
 
@@ -102,7 +103,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     params = load_params(args.params, cluster)
     scheduler = get_scheduler(args.scheduler, params, objective, **options)
     result = scheduler.search(workload, cluster, budget)
-    save_plan(result.plan, args.out, "--out")
+    save_plan(stamped(result.plan, args, workload, cluster), args.out, "--out")
     est = result.estimate
     m = money(CostModel(workload, cluster, params), result.plan, est.iteration_s,
               args.charge_used_only)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from hetrl.cli import (
+    allow_mismatch_option,
     command,
     emit,
+    load_plan_for,
     nonnegative_int,
     output_path,
     positive_int,
@@ -26,6 +28,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+    allow_mismatch_option(p)
     p.add_argument("--iterations", "-n", type=positive_int("--iterations", MAX_ITERATIONS), default=3,
                    help="iterations to simulate (default 3)")
     p.add_argument("--seed", type=nonnegative_int("--seed"), default=0,
@@ -44,7 +47,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
          "does not fit is refused: exit 2)", _sim_args)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
-    from hetrl.io import load_cluster, load_plan, load_workload, read_mapping
+    from hetrl.io import load_cluster, load_workload, read_mapping
     from hetrl.search.feasibility import require_plan_fits
     from sim import simulate
     from sim.faults import FaultScenario
@@ -60,7 +63,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise OptionError("--iterations", args.iterations,
                           f"times {workload.samples:,} sequences per iteration is more than "
                           f"{MAX_SIMULATED_SEQUENCES:,} sequences, the limit of one simulation")
-    plan = load_plan(args.plan, workload, cluster)
+    plan = load_plan_for(args, workload, cluster)
     params = load_params(args.params, cluster)
     require_plan_fits(plan, workload, cluster, params)
     faults = None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import command, emit, output_path
+from hetrl.cli import allow_mismatch_option, command, emit, load_plan_for, output_path, stamped
 
 
 def _wcp(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True, help="workload preset name or YAML/JSON file")
     p.add_argument("--cluster", "-c", required=True, help="cluster preset name or YAML/JSON file")
     p.add_argument("--plan", "-p", required=True, help="plan JSON/YAML file")
+    allow_mismatch_option(p)
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
@@ -30,12 +31,12 @@ def _show_args(p: argparse.ArgumentParser) -> None:
 def cmd_show(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.cost.flows import human_bytes, iteration_flows, region_flows
-    from hetrl.io import load_cluster, load_plan, load_workload
+    from hetrl.io import load_cluster, load_workload
     from hetrl.views.plan_picture import draw_plan, picture_format, save_figure
 
     fmt = picture_format(args.out, args.format)
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    plan = load_plan(args.plan, workload, cluster)  # a bad plan: exit 2 here, before drawing
+    plan = load_plan_for(args, workload, cluster)  # a bad plan: exit 2 here, before drawing
     params = load_params(args.params, cluster)
     save_figure(draw_plan(plan, workload, cluster, params), args.out, fmt)
     between = region_flows(iteration_flows(plan, workload, cluster, params), cluster)
@@ -75,10 +76,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from hetrl.cost.model import CostModel
     from hetrl.errors import SpecError
     from hetrl.export import verl
-    from hetrl.io import load_cluster, load_plan, load_workload, save_plan, write_text_atomic
+    from hetrl.io import load_cluster, load_workload, save_plan, write_text_atomic
 
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
-    plan = load_plan(args.plan, workload, cluster)
+    plan = load_plan_for(args, workload, cluster)
     params = load_params(args.params, cluster)
     if workload.batch_prompts % workload.optimizer_steps:
         raise SpecError("optimizer_steps", workload.optimizer_steps,
@@ -105,7 +106,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     header += ["", "The command line:"] + verl.command_line(flat, layout.strategy).splitlines()
     write_text_atomic(args.out, verl.render(flat, pools, header), "--out")
     if args.closest_plan:
-        save_plan(closest, args.closest_plan, "--closest-plan")
+        save_plan(stamped(closest, args, workload, cluster), args.closest_plan,
+                  "--closest-plan")
     data = {"to": "verl", "verl_version": verl.VERL_VERSION, "out": str(args.out),
             "config_name": verl.CONFIG_NAMES[layout.strategy], "overrides": flat,
             verl.CUSTOM_SECTION: pools, "differences": diffs,

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.fingerprint import cluster_fingerprint, workload_fingerprint
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
@@ -36,6 +37,7 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
         first += n.count
     return {
         "name": cluster.name,
+        "fingerprint": cluster_fingerprint(cluster),  # what a plan's made_for.cluster records
         "num_devices": cluster.num_devices,
         "num_nodes": len(cluster.nodes),
         "gpu_types": cluster.gpu_counts(),
@@ -58,7 +60,7 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
 
 def format_cluster(info: dict[str, Any]) -> str:
     lines = [f"cluster {info['name']}: {info['num_devices']} GPUs in {info['num_nodes']} nodes, "
-             f"{len(info['regions'])} region(s)"]
+             f"{len(info['regions'])} region(s)", f"  fingerprint {info['fingerprint']}"]
     for region, counts in info["gpus_by_region"].items():
         lines.append(f"  {region:<14} " + ", ".join(f"{n} x {g}" for g, n in counts.items()))
     if info["edge_nodes"]:
@@ -91,6 +93,7 @@ def describe_workload(workload: WorkloadSpec) -> dict[str, Any]:
     """Algorithm, models per role with derived parameter counts, tasks and their dependencies."""
     return {
         "name": workload.name,
+        "fingerprint": workload_fingerprint(workload),  # what a plan's made_for.workload records
         "algorithm": workload.algorithm,
         "mode": workload.mode,
         "staleness": workload.staleness,
@@ -110,7 +113,8 @@ def describe_workload(workload: WorkloadSpec) -> dict[str, Any]:
 
 def format_workload(info: dict[str, Any]) -> str:
     lines = [f"workload {info['name']}: {info['algorithm'].upper()} {info['mode']}"
-             + (f" (staleness {info['staleness']})" if info["mode"] == "async" else "")]
+             + (f" (staleness {info['staleness']})" if info["mode"] == "async" else ""),
+             f"  fingerprint {info['fingerprint']}"]
     for role, m in info["models"].items():
         lines.append(f"  {role:<10} {m['name']} ({m['params'] / 1e9:.2f} B params, {m['layers']} layers)")
     pl, rl = info["prompt_length"], info["response_length"]

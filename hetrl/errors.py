@@ -54,6 +54,11 @@ class SpecError(FieldError, ValueError):
     """A spec, plan or file field has a bad value (see :class:`FieldError`)."""
 
 
+class PlanMismatchError(SpecError):
+    """A plan made for another workload or cluster than the one given: its recorded
+    fingerprint (``made_for``, :mod:`hetrl.fingerprint`) differs from the given spec's."""
+
+
 class OptionError(FieldError):
     """A command-line option has a bad value (checked while the arguments are parsed, before any
     work). Not a ValueError, so that argparse passes it on instead of turning it into its own

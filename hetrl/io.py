@@ -165,7 +165,7 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
 
 def _in_file(path: Path, exc: HetrlError) -> HetrlError:
     if isinstance(exc, SpecError) and exc.value != str(path):  # (else it names the file)
-        return SpecError(f"{path.name}: {exc.field}", exc.value, exc.problem)
+        return type(exc)(f"{path.name}: {exc.field}", exc.value, exc.problem)
     return exc
 
 
@@ -193,17 +193,33 @@ def load_cluster(ref: str | Path) -> ClusterSpec:
     return _load_spec(ref, "cluster", CLUSTER_PRESETS, cluster_preset, ClusterSpec.from_dict)
 
 
+def spec_name(ref: str | Path) -> str:
+    """The human name of a ``-w``/``-c`` reference: the preset's name, or the file's name."""
+    return str(ref) if str(ref) in WORKLOAD_PRESETS or str(ref) in CLUSTER_PRESETS else Path(
+        ref).name
+
+
 def load_plan(path: str | Path, workload: WorkloadSpec | None = None,
-              cluster: ClusterSpec | None = None) -> Plan:
-    """A plan from a YAML/JSON file; with ``workload`` and ``cluster`` also validated against
-    them. Errors name the file."""
+              cluster: ClusterSpec | None = None, *, workload_name: str | None = None,
+              cluster_name: str | None = None, allow_mismatch: bool = False,
+              warn: Callable[[str], None] | None = None) -> Plan:
+    """A plan from a YAML/JSON file; with ``workload`` and ``cluster`` also checked to be the
+    ones it was made for (:func:`hetrl.fingerprint.check_plan_for`: a
+    :class:`~hetrl.errors.PlanMismatchError` unless ``allow_mismatch``; the names default to
+    the specs') and validated against them. ``warn`` gets the check's one-line warning (a plan
+    without fingerprints, an allowed mismatch) once the plan is valid. Errors name the file."""
+    from hetrl.fingerprint import check_plan_for
     from hetrl.plan import validate
 
     p = Path(path)
     try:
         plan = Plan.from_dict(read_mapping(p, "plan"))
         if workload is not None and cluster is not None:
+            note = check_plan_for(plan.made_for, workload, cluster, workload_name,
+                                  cluster_name, allow_mismatch)
             validate(plan, workload, cluster)
+            if note is not None and warn is not None:  # (a refusal stays one line)
+                warn(f"{p.name}: {note}")
         return plan
     except HetrlError as exc:
         raise _in_file(p, exc) from None
@@ -328,4 +344,5 @@ def dump(data: Any, path: str | Path, field: str = "output") -> None:
 
 
 def save_plan(plan: Plan, path: str | Path, field: str = "output") -> None:
+    """Write ``plan`` (with its ``made_for`` fingerprints, where it has them) atomically."""
     dump(plan.to_dict(), path, field)

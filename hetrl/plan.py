@@ -27,6 +27,7 @@ from hetrl.errors import (
     require,
     string,
 )
+from hetrl.fingerprint import MadeFor, made_for
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.model import ModelShape
 from hetrl.spec.tasks import COLOCATED_WITH
@@ -202,13 +203,18 @@ class Plan:
     ``sync_relay``: the weight sync sends one copy of the generation weights into each region
     that holds generation but no actor-training GPU, spread over that region's generation GPUs,
     which then pass it on to each other inside the region (docs/cost-model.md, "Weight sync");
-    false: every generation GPU pulls its shard from the trainers."""
+    false: every generation GPU pulls its shard from the trainers.
+
+    ``made_for``: the fingerprints of the workload and cluster the plan was made for
+    (:mod:`hetrl.fingerprint`; None: not recorded). Metadata: two plans that differ only
+    there are equal."""
 
     groups: tuple[TaskGroup, ...]
     placements: tuple[TaskPlacement, ...]
     provenance: Provenance = field(default_factory=Provenance)
     schema_version: int = SCHEMA_VERSION
     sync_relay: bool = False
+    made_for: MadeFor | None = field(default=None, compare=False)
 
     def placement(self, task: str) -> TaskPlacement:
         for p in self.placements:
@@ -239,6 +245,8 @@ class Plan:
                 "version": self.provenance.version,
                 "note": self.provenance.note,
             },
+            # (written only when known: plans without it read as before, unchecked)
+            **({"made_for": self.made_for.to_dict()} if self.made_for else {}),
             "groups": [g.to_dict() for g in self.groups],
             "placements": [p.to_dict() for p in self.placements],
             # (written only when set: plans without it read as before)
@@ -248,7 +256,8 @@ class Plan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         require(isinstance(data, Mapping), "plan", type(data).__name__, "must be a mapping")
-        known = {"schema_version", "provenance", "groups", "placements", "sync_relay"}
+        known = {"schema_version", "provenance", "made_for", "groups", "placements",
+                 "sync_relay"}
         for key in data:
             require(key in known, str(key), data[key], f"unknown key; known keys: {sorted(known)}")
         version = data.get("schema_version", SCHEMA_VERSION)
@@ -282,7 +291,8 @@ class Plan:
         if prov.get("seed") is not None:
             integer("provenance.seed", prov["seed"])
         relay = boolean("sync_relay", data.get("sync_relay", False))
-        return cls(tuple(groups), placements, Provenance(**prov), version, relay)
+        target = MadeFor.from_dict(data["made_for"]) if "made_for" in data else None
+        return cls(tuple(groups), placements, Provenance(**prov), version, relay, target)
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -448,7 +458,7 @@ def colocated_plan(workload: WorkloadSpec, cluster: ClusterSpec, tp: int = 1, pp
         validate_layout(model, tp, pp, f"placements[{t.name}]")
         placements.append(make_placement(t.name, ids, dp, pp, tp, model.layers))
     plan = Plan((TaskGroup(workload.task_names, tuple(ids)),), tuple(placements),
-                Provenance(scheduler=scheduler))
+                Provenance(scheduler=scheduler), made_for=made_for(workload, cluster))
     validate(plan, workload, cluster)
     return plan
 

@@ -284,6 +284,11 @@ def test_plan_for_another_cluster(capsys, tmp_path, grpo4b, paper_clusters):
     save_plan(colocated_plan(grpo4b, paper_clusters["single-region"]), path)
     code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
                        "-p", str(path))
+    assert_user_error(code, err, "plan.json: made_for.cluster = 'paper64-single-region'",
+                      "the cluster given is 'a100x8'", "--allow-mismatch")
+    # used anyway, it does not fit: the first field that does not fit, in one line
+    code, _, err = run(capsys, "validate", "-w", "qwen3-4b-grpo-sync", "-c", "a100x8",
+                       "-p", str(path), "--allow-mismatch")
     assert_user_error(code, err, "groups[0].devices = 8", "no such device in cluster 'a100x8'")
 
 

@@ -104,9 +104,13 @@ def test_a_bad_plan_is_refused_before_any_drawing(capsys, tmp_path, monkeypatch)
     monkeypatch.setattr(plan_picture, "draw_plan", no_drawing)
     monkeypatch.setattr(gantt, "draw_gantt", no_drawing)
     out = tmp_path / "plan.png"
-    # the plan misses PPO's critic tasks
+    # the plan is made for GRPO: it misses PPO's critic tasks
     code, _, err = run(capsys, "show", "-w", "tiny-ppo-sync", "-c", "tiny4-two-region", "-p",
                        "examples/plan-tiny-grpo-cross-region.yaml", "--out", out)
+    assert_user_error(code, err, "made_for.workload", "'tiny-ppo-sync'", command="show")
+    code, _, err = run(capsys, "show", "-w", "tiny-ppo-sync", "-c", "tiny4-two-region", "-p",
+                       "examples/plan-tiny-grpo-cross-region.yaml", "--out", out,
+                       "--allow-mismatch")
     assert_user_error(code, err, "tasks missing from every group", command="show")
     code, _, err = run(capsys, "show", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region", "-p",
                        tmp_path / "nowhere.yaml", "--out", out)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetrl.errors import SpecError
+from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance, TaskGroup, even_layers, make_placement, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -208,7 +209,8 @@ def closest_plan(layout: VerlLayout, workload: WorkloadSpec, cluster: ClusterSpe
     groups = tuple(TaskGroup(tuple(ts), p.devices) for p in layout.pools
                    for ts in [tasks_in[p.name]] if ts)
     plan = Plan(groups, tuple(placements),
-                Provenance(scheduler="verl-export", note=f"closest verl {VERL_VERSION} plan"))
+                Provenance(scheduler="verl-export", note=f"closest verl {VERL_VERSION} plan"),
+                made_for=made_for(workload, cluster))
     validate(plan, workload, cluster)
     return plan
 

@@ -15,6 +15,7 @@ from hetrl.cost.kernels import warm_up
 from hetrl.cost.model import CostModel, Estimate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
+from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance
 from hetrl.search.objective import CONSTRAINT_PENALTY, TIME, Objective
 from hetrl.spec.cluster import ClusterSpec
@@ -184,7 +185,8 @@ class Evaluator:
                 + ("" if obj.charge_used_only else " (idle GPUs charged; --charge-used-only "
                    "lets a plan leave GPUs unrented)"))
         plan = replace(plan, provenance=Provenance(scheduler=name, seed=self.budget.seed,
-                                                   note=f"{self.evaluations} evaluations"))
+                                                   note=f"{self.evaluations} evaluations"),
+                       made_for=made_for(self.workload, self.cluster))
         history = tuple(self.history) + ((self.elapsed(), self.evaluations, est.iteration_s),)
         extra = dict(extra or {})
         if not obj.is_plain_time:

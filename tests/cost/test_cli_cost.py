@@ -190,6 +190,9 @@ def test_plan_that_does_not_match_the_cluster(capsys, tmp_path):
     path = tmp_path / "plan48.json"
     save_plan(colocated_plan(wl, big, tp=4), path)
     code, _, err = run(capsys, *BASE, "--plan", str(path))
+    assert_user_error(code, err, "made_for.cluster = 'paper48-a100-l40s-single-region'",
+                      "the cluster given is 'a100x8'")
+    code, _, err = run(capsys, *BASE, "--plan", str(path), "--allow-mismatch")
     assert_user_error(code, err, "no such device in cluster 'a100x8'")
 
 

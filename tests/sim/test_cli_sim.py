@@ -8,12 +8,12 @@ import json
 import pytest
 import yaml
 
-from hetrl.io import save_plan
+from hetrl.io import load_cluster, load_workload, save_plan
 from hetrl.plan import colocated_plan
 from hetrl.trace import Trace
 from tests import cli_helpers
 from tests.cli_helpers import run
-from tests.sim.tiny import TINY, one_node, tiny_workload
+from tests.sim.tiny import TINY
 
 
 def assert_user_error(code, err, *fragments):
@@ -33,8 +33,7 @@ def files(tmp_path):
     w, c, p = tmp_path / "w.yaml", tmp_path / "c.yaml", tmp_path / "plan.json"
     w.write_text(yaml.safe_dump(wl_data))
     c.write_text(yaml.safe_dump(cl_data))
-    wl = tiny_workload(algorithm="ppo", recompute_logprobs=True)  # (the file's default)
-    save_plan(colocated_plan(wl, one_node(2), tp=2), p)
+    save_plan(colocated_plan(load_workload(w), load_cluster(c), tp=2), p)  # made for them
     return {"w": str(w), "c": str(c), "p": str(p), "dir": tmp_path}
 
 
