@@ -330,3 +330,31 @@ def test_hostile_names_run_nothing_but_the_entry_point(capsys, tmp_path):
                        _write(tmp_path / "w2.yaml", wl), "-c", c, "-p", tmp_path / "plan.json",
                        "--out", work / "bad.sh")
     assert code == 2 and "Traceback" not in err and not (work / "bad.sh").exists()
+
+
+def test_rule_reward_without_kl_and_token_budgets(capsys, tmp_path, openrlhf_main):
+    """GRPO with a rule reward and no KL (no reward model, no reference), token-budget batching
+    and an eager engine: the reward_func file, KL coefficient 0, dynamic batching, all parsed."""
+    from hetrl.spec.presets import workload_preset
+
+    doc = workload_preset("qwen3-4b-grpo-sync").to_dict()
+    doc.update(name="grpo-rule", reward="rule", kl="none", recompute_logprobs=True,
+               micro_batch_tokens=8192, inference_micro_batch_tokens=16384,
+               gen_cuda_graphs=False)
+    doc["models"] = {"actor": doc["models"]["actor"]}
+    w = _write(tmp_path / "w.yaml", doc)
+    workload, cluster = load_workload(w), load_cluster("paper64-single-region")
+    save_plan(_fsdp(colocated_plan(workload, cluster)), tmp_path / "plan.json")
+    code, text, err = run(capsys, "export", "--to", "openrlhf", "-w", w, "-c",
+                          "paper64-single-region", "-p", tmp_path / "plan.json", "--out",
+                          tmp_path / "run.sh", "--model-path", "reward=/r/math reward.py",
+                          "--json")
+    assert code == 0, err
+    report = json.loads(text)
+    args, _ = openrlhf_main(report["argv"][3:])
+    assert args.reward.remote_url == ["/r/math reward.py"] and args.algo.kl.init_coef == 0
+    assert not args.algo.kl.use_loss and args.vllm.enforce_eager and args.ds.zero_stage == 3
+    assert args.train.dynamic_batch_enable and args.train.max_tokens_per_gpu == 8192
+    assert args.rollout.max_tokens_per_gpu == 16384 and args.ds.packing_samples
+    assert "--ref.num_nodes" not in report["argv"] and "--reward.num_nodes" not in report["argv"]
+    assert report["ratio"] == pytest.approx(1.0)
