@@ -51,8 +51,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--to", required=True, choices=("verl",),
-                   help="the system to export to (verl: trainer config overrides)")
+    p.add_argument("--to", required=True, choices=("verl", "openrlhf"),
+                   help="the system to export to (verl: trainer config overrides; openrlhf: a "
+                   "train_ppo_ray launch script)")
     _wcp(p)
     p.add_argument("--out", "-o", required=True, type=output_path("--out"),
                    help="overrides YAML to write")
@@ -60,6 +61,11 @@ def _export_args(p: argparse.ArgumentParser) -> None:
                    help="also write the closest verl plan as a hetrl plan (JSON/YAML)")
     p.add_argument("--params", help="cost-model parameters YAML (for the two estimates)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    from hetrl.cli_openrlhf import model_path_option
+
+    p.add_argument("--model-path", action="append", type=model_path_option, metavar="ROLE=PATH",
+                   help="openrlhf: a model's path or Hugging Face id (actor, critic, reward; a "
+                   "rule reward's reward_func file); default: the id of a built-in Qwen3 model")
 
 
 def _seconds(est) -> str:
@@ -78,6 +84,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from hetrl.export import verl
     from hetrl.io import load_cluster, load_workload, save_plan, write_text_atomic
 
+    if args.to == "openrlhf":
+        from hetrl.cli_openrlhf import export_openrlhf
+
+        return export_openrlhf(args)
+    if args.model_path:
+        raise SpecError("--model-path", args.model_path[0][0], "only --to openrlhf reads it")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan_for(args, workload, cluster)
     params = load_params(args.params, cluster)

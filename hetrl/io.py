@@ -304,22 +304,25 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | Path, text: str, field: str = "output") -> None:
+def write_text_atomic(path: str | Path, text: str, field: str = "output",
+                      executable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename: never a truncated file. The
-    file gets the usual permissions (0666 less the umask), not the temporary file's 0600. An OS
-    error (permission, full disk, read-only mount) is a :class:`SpecError` naming ``field``
-    and the path: one line at the command line, exit 2."""
-    write_bytes_atomic(path, text.encode("utf-8"), field)
+    file gets the usual permissions (0666 less the umask; ``executable``: 0777 less the umask,
+    set before the rename), not the temporary file's 0600. An OS error (permission, full disk,
+    read-only mount) is a :class:`SpecError` naming ``field`` and the path: one line at the
+    command line, exit 2."""
+    write_bytes_atomic(path, text.encode("utf-8"), field, executable)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes, field: str = "output") -> None:
+def write_bytes_atomic(path: str | Path, data: bytes, field: str = "output",
+                       executable: bool = False) -> None:
     """:func:`write_text_atomic` for bytes (pictures)."""
     p = check_output_path(path, field, probe=False)
     tmp = None
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, (0o777 if executable else 0o666) & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
