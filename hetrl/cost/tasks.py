@@ -216,7 +216,8 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
     """Decode-step costs split into (compute, hbm, tp, pp, steps). ``saturated``: one step of
     ``m`` sequences at the mean running context (prompt + mean age), carrying the chunked
     prefill of the m / (mean response) prompts admitted per step in steady state (their FLOPs
-    at the prefill rate, their tokens in the TP messages). Otherwise the drain of
+    at the prefill rate, in lumps of whole prompts on a share of the steps; their tokens in the
+    TP and stage messages). Otherwise the drain of
     ``m`` sequences started together: sum over steps s of P(any alive at s) x the step's cost at
     the expected batch given that one is alive, m P(len >= s) / P(any alive)."""
     h = shapes[0].model.hidden
@@ -231,17 +232,23 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
     mem = np.zeros_like(batch)
     tp = np.zeros_like(batch)
     admitted = m / L.response_mean  # prompts admitted per step
+    # vLLM prefills an admitted prompt within one step (its tokens fit the step's budget), so
+    # the prefill comes in lumps: a step carries prompts with probability w = 1 - e^-admitted
+    # (sequences end as a Poisson stream), admitted / w of them when it does
+    with_prefill = -math.expm1(-admitted)
+    lump = admitted / with_prefill if with_prefill > 0 else 0.0
     p_sq = L.prompt_var + L.prompt_mean ** 2
     for s, st in zip(shapes, hw.stages, strict=True):
         hb = (s.weight_bytes + batch * ctx * s.kv_bytes_per_token) / (
             st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
         fl = batch * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
             st.flops * params.efficiency(st.gpu, "decode_flops"))
-        fl = fl + admitted * (L.prompt_mean * (s.matmul_flops_per_token - s.head_flops_per_token)
-                              + s.head_flops_per_token + s.attn_flops_per_token_ctx * p_sq / 2) / (
+        pre = lump * (L.prompt_mean * (s.matmul_flops_per_token - s.head_flops_per_token)
+                      + s.head_flops_per_token + s.attn_flops_per_token_ctx * p_sq / 2) / (
             st.flops * params.flops_efficiency(st.gpu, "infer_flops", h))
-        comp += np.where(fl >= hb, fl, 0.0)
-        mem += np.where(fl >= hb, 0.0, hb)
+        for share, flops in ((1.0 - with_prefill, fl), (with_prefill, fl + pre)):
+            comp += share * np.where(flops >= hb, flops, 0.0)
+            mem += share * np.where(flops >= hb, 0.0, hb)
         tp += 2 * s.layers * all_reduce_time_vec((batch + admitted * L.prompt_mean) * h * bpv,
                                                  st.tp, params.efficiency(st.gpu, "link"))
     pp = np.zeros_like(batch)

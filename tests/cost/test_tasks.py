@@ -12,6 +12,8 @@ SwiGLU MLP 3*4096*12288 = 150,994,944; plus two RMSNorm vectors 2*4096.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -211,13 +213,15 @@ def test_generation_memory_bound_at_64_compute_bound_at_256(L, one_gpu):
 def test_generation_saturated_then_drain(L, one_gpu):
     # 512 sequences, at most 128 at once: the first 128 prompts prefilled on their own, then
     # (512 - 128) x 256 / 128 = 768 saturated steps at batch 128 and the mean running context
-    # P + E[r^2] / (2 E[r]) = 256 + 128, each carrying the chunked prefill of the 128 / 256 = 0.5
-    # prompts admitted per step (their FLOPs at the prefill rate), then R = 256 drain steps of
-    # the last 128 (fixed lengths: all alive to the end).
-    pre_step = 0.5 * (P * (MATMUL - HEAD) + HEAD + ATTN * P**2 / 2) / (PEAK * 0.5)
+    # P + E[r^2] / (2 E[r]) = 256 + 128, carrying the chunked prefill of the 128 / 256 = 0.5
+    # prompts admitted per step (their FLOPs at the prefill rate) in whole prompts: a share
+    # w = 1 - e^-0.5 of the steps carries 0.5 / w prompts; then R = 256 drain steps of the last
+    # 128 (fixed lengths: all alive to the end).
+    w = -math.expm1(-0.5)
+    pre_step = 0.5 / w * (P * (MATMUL - HEAD) + HEAD + ATTN * P**2 / 2) / (PEAK * 0.5)
     hbm = (WEIGHTS + 128 * 384 * KV) / (HBM * 0.7)
-    fl = 128 * (MATMUL + ATTN * 384) / (PEAK * 0.4) + pre_step
-    sat = 768 * (max(hbm, fl) + 1e-3)
+    fl = 128 * (MATMUL + ATTN * 384) / (PEAK * 0.4)
+    sat = 768 * ((1 - w) * max(hbm, fl) + w * max(hbm, fl + pre_step) + 1e-3)
     s = np.arange(1, R + 1)
     prefill, drain = hand_generation(128, P, np.ones(R), np.full(R, 128.0), P + s)
     rc = generation_replica(actor(), one_gpu, 512, (50e9,), L, 128, HAND_PARAMS)
