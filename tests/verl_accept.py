@@ -49,10 +49,9 @@ def fake_model(where: Path, shape: ModelShape, arch: str) -> str:
 
 def compose(config_name: str, overrides: list[str]):
     """verl's trainer config as ``main_ppo`` composes it from its command line."""
+    import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-
-    import verl
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -64,7 +63,6 @@ def accept(cfg, pools: dict[str, Any], local: dict[str, str], layers: dict[str, 
     export's custom section, ``local`` maps each exported model path to a local directory,
     ``layers`` each model (actor, critic) to its layer count. Raises where verl would."""
     from omegaconf import OmegaConf, open_dict
-
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.workers.config import HFModelConfig

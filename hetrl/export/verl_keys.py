@@ -3,10 +3,11 @@ and the file and command line that carry them.
 
 Every value is quoted where it is written: ``shlex.quote`` for the shell, Hydra's quoting for an
 override's value and OmegaConf's ``\\${`` for an interpolation; the keys verl's generated config
-lacks (:func:`is_new_key`) go on the command line with Hydra's ``+`` (append)."""
+lacks (:func:`is_new_key`) go on the command line with Hydra's ``++`` (add or override)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +41,7 @@ _CRITIC_ENGINE = ("use_dynamic_bsz", "micro_batch_size_per_gpu", "infer_micro_ba
 
 def is_new_key(key: str) -> bool:
     """Whether ``key`` is a field of verl's config dataclasses that its generated YAML lacks
-    (Hydra then needs ``+key=value``; the tests check both ways against verl's YAML)."""
+    (Hydra then needs ``++key=value``; the tests check both ways against verl's YAML)."""
     return key.endswith(_STAGE_KEYS) or key == "critic.ppo_infer_max_token_len_per_gpu" or any(
         key == f"critic.{s}.{f}" for s in ("fsdp", "megatron") for f in _CRITIC_ENGINE)
 
@@ -223,13 +224,15 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _omegaconf_literal(value: str) -> str:
-    """``value`` with OmegaConf's interpolation escaped (``${`` reads back as itself)."""
-    return value.replace("${", "\\${")
+    """``value`` with OmegaConf's interpolation escaped: ``${`` reads back as itself (and the
+    backslashes before it, doubled, as themselves)."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
 
 
 def hydra_value(value: Any) -> str:
-    """``value`` in Hydra's override grammar: a string single-quoted (backslash before a quote
-    or a backslash that ends it) so that no character is grammar, numbers and booleans bare."""
+    """``value`` in Hydra's override grammar: a string single-quoted (a quote, and the
+    backslashes before a quote or at the end, escaped) so that no character is grammar;
+    numbers and booleans bare."""
     if isinstance(value, bool):
         return str(value).lower()
     if value is None:
@@ -237,13 +240,14 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     s = _omegaconf_literal(text("value", value))
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
+                        s) + "'"
 
 
 def command_args(flat: Mapping[str, Any]) -> list[str]:
-    """The overrides as Hydra arguments (``+`` for :func:`is_new_key`), one a string, unquoted
+    """The overrides as Hydra arguments (``++`` for :func:`is_new_key`), one a string, unquoted
     for the shell."""
-    return [f"{'+' if is_new_key(k) else ''}{k}={hydra_value(v)}" for k, v in flat.items()]
+    return [f"{'++' if is_new_key(k) else ''}{k}={hydra_value(v)}" for k, v in flat.items()]
 
 
 def command_line(flat: Mapping[str, Any], strategy: str) -> str:
