@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from hetrl.cli import allow_mismatch_option, command, emit, load_plan_for, output_path, stamped
+from hetrl.cli import (
+    allow_mismatch_option,
+    command,
+    emit,
+    load_plan_for,
+    output_path,
+    positive_float,
+    stamped,
+)
+from hetrl.errors import OptionError
 
 
 def _wcp(p: argparse.ArgumentParser) -> None:
@@ -60,12 +69,42 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--closest-plan", type=output_path("--closest-plan"),
                    help="also write the closest verl plan as a hetrl plan (JSON/YAML)")
     p.add_argument("--params", help="cost-model parameters YAML (for the two estimates)")
+    p.add_argument("--model-path", action="append", type=_role_path, default=[],
+                   metavar="ROLE=PATH", help="where the framework loads ROLE's model (actor, "
+                   "critic, reward): a Hugging Face id or a directory; repeatable (default: the "
+                   "built-in model's Hugging Face id)")
+    p.add_argument("--max-slowdown", type=positive_float("--max-slowdown"), default=1.5,
+                   help="refuse (exit 2) when the closest plan the framework runs is more than "
+                   "this many times the plan's iteration time, or does not fit where the plan "
+                   "does (default 1.5)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     from hetrl.cli_openrlhf import model_path_option
 
     p.add_argument("--model-path", action="append", type=model_path_option, metavar="ROLE=PATH",
                    help="openrlhf: a model's path or Hugging Face id (actor, critic, reward; a "
                    "rule reward's reward_func file); default: the id of a built-in Qwen3 model")
+
+
+def _role_path(value: str) -> tuple[str, str]:
+    """``--model-path ROLE=PATH`` as (role, path)."""
+    role, sep, path = value.partition("=")
+    if not sep or not role or not path:
+        raise OptionError("--model-path", value, "must be ROLE=PATH (e.g. actor=/models/my-7b)")
+    return role, path
+
+
+def _close_enough(ours, theirs, ratio: float, most: float, diffs: list[str]) -> None:
+    """Refuse (SpecError, exit 2) a closest plan that does not fit where the plan does, or is
+    more than ``most`` times slower."""
+    from hetrl.errors import SpecError
+
+    why = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
+    if ours.feasible and not theirs.feasible:
+        raise SpecError("--max-slowdown", most, "the closest plan the framework runs does not "
+                        f"fit in memory, where the plan does ({why})")
+    if ratio > most:
+        raise SpecError("--max-slowdown", most, f"the closest plan the framework runs is "
+                        f"{ratio:.2f}x the plan's iteration time ({why})")
 
 
 def _seconds(est) -> str:
@@ -75,13 +114,15 @@ def _seconds(est) -> str:
 
 
 @command("export", "export a plan to another system's config (verl: trainer overrides, the "
-         "closest verl plan, both estimated); exit 2 where verl cannot come close", _export_args)
+         "closest verl plan, both estimated); exit 2 where verl cannot come close (a pool it "
+         "cannot form, a model without a path, a closest plan over --max-slowdown)",
+         _export_args)
 def cmd_export(args: argparse.Namespace) -> int:
     from hetrl import __version__
     from hetrl.cli_cost import load_params
     from hetrl.cost.model import CostModel
     from hetrl.errors import SpecError
-    from hetrl.export import verl
+    from hetrl.export import safe, verl
     from hetrl.io import load_cluster, load_workload, save_plan, write_text_atomic
 
     if args.to == "openrlhf":
@@ -92,6 +133,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SpecError("--model-path", args.model_path[0][0], "only --to openrlhf reads it")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan_for(args, workload, cluster)
+    safe.check_inputs(workload, cluster, args.plan)
+    paths = verl.model_paths(workload, dict(args.model_path))
     params = load_params(args.params, cluster)
     if workload.batch_prompts % workload.optimizer_steps:
         raise SpecError("optimizer_steps", workload.optimizer_steps,
@@ -102,9 +145,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     model = CostModel(workload, cluster, params)
     ours, theirs = model.estimate(plan), model.estimate(closest)
     ratio = theirs.iteration_s / ours.iteration_s if ours.iteration_s > 0 else float("nan")
-    flat = verl.overrides(layout, workload)
+    flat = verl.overrides(layout, workload, paths)
     pools = verl.resource_pools(layout, workload)
     diffs = verl.differences(plan, layout, closest, workload, cluster)
+    _close_enough(ours, theirs, ratio, args.max_slowdown, diffs)
     header = [f"verl {verl.VERL_VERSION} trainer overrides written by hetrl {__version__} "
               f"export --to verl",
               f"workload {workload.name}, cluster {cluster.name}, plan {args.plan}",

@@ -1,15 +1,17 @@
-"""``hetrl export --to verl``: every exported key exists in the config verl ships, and the closest
-plan read back from the file estimates as the export said.
-
-verl's configs come from its wheel (``pip download verl==VERL_VERSION --no-deps``, read with
-zipfile: verl is neither installed nor imported); without a package index the key checks skip."""
+"""``hetrl export --to verl``, tested against real verl :data:`hetrl.export.verl.VERL_VERSION`
+(``pip install --no-deps verl==0.9.1`` and the ``verl`` extra's config packages; the README's
+test command installs them): every export below is composed from its own command line as
+``main_ppo`` composes it, checked by ``validate_config`` and the trainers' start-up checks, and
+its workers' config dataclasses are built (tests/verl_accept.py). Only those tests skip, with
+the reason, where verl is not importable; the rest need no verl."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
-import sys
-import zipfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,27 +22,91 @@ from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, save_
 from hetrl.plan import Plan, TaskGroup, colocated_plan, make_placement
 from tests.cli_helpers import assert_user_error, run
 
-CONFIGS = {"ppo_trainer": "verl/trainer/config/_generated_ppo_trainer.yaml",
-           "ppo_megatron_trainer": "verl/trainer/config/_generated_ppo_megatron_trainer.yaml"}
+CONFIGS = {"ppo_trainer": "_generated_ppo_trainer.yaml",
+           "ppo_megatron_trainer": "_generated_ppo_megatron_trainer.yaml"}
+INSTALL = (f"verl {verl.VERL_VERSION} is not importable: pip install -e '.[test,verl]' && "
+           f"pip install --no-deps verl=={verl.VERL_VERSION} (the README's test command)")
 
 
 @pytest.fixture(scope="module")
-def verl_configs(tmp_path_factory) -> dict[str, set[str]]:
-    """Every dotted key of verl's two generated trainer configs, from the pinned wheel."""
-    where = tmp_path_factory.mktemp("verl-wheel")
+def verl_installed():
+    """The installed verl package (skips the test, with the reason, where it is not)."""
+    import importlib
+
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                               "-d", str(where), f"verl=={verl.VERL_VERSION}"],
-                              capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot download verl=={verl.VERL_VERSION}: {exc}")
-    wheels = list(where.glob("verl-*.whl"))
-    if done.returncode != 0 or not wheels:
-        pytest.skip(f"cannot download verl=={verl.VERL_VERSION} (no package index?): "
-                    f"{(done.stderr or done.stdout).strip()[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        return {name: set(verl.flatten(yaml.safe_load(wheel.read(path))))
-                for name, path in CONFIGS.items()}
+        verl_pkg = importlib.import_module("verl")
+        importlib.import_module("verl.utils.config")  # (its config code's imports, too)
+    except ImportError as exc:
+        pytest.skip(f"{INSTALL} ({exc})")
+    from importlib.metadata import version
+
+    assert version("verl") == verl.VERL_VERSION, "the export is written against this verl"
+    return Path(verl_pkg.__file__).parent
+
+
+@pytest.fixture(scope="module")
+def verl_configs(verl_installed) -> dict[str, set[str]]:
+    """Every dotted key of verl's two generated trainer configs."""
+    where = verl_installed / "trainer" / "config"
+    return {name: set(verl.flatten(yaml.safe_load((where / f).read_text())))
+            for name, f in CONFIGS.items()}
+
+
+def _command(out: Path) -> list[str]:
+    """The command line written in the export's header, as the shell splits it."""
+    lines = out.read_text().splitlines()
+    start = lines.index("# The command line:") + 1
+    cmd = []
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        cmd.append(line[2:])
+    return shlex.split(" ".join(c.removesuffix("\\") for c in cmd))
+
+
+def _check_keys(flat, verl_configs, config_name):
+    """Every exported key is verl's, or a field its YAML lacks, added with Hydra's ``+``."""
+    from hetrl.export.verl_keys import is_new_key
+
+    known = verl_configs[config_name]
+    missing = sorted(k for k in flat if not is_new_key(k) and k not in known)
+    assert not missing, f"keys verl {verl.VERL_VERSION} does not have: {missing}"
+    wrongly_new = sorted(k for k in flat if is_new_key(k) and k in known)
+    assert not wrongly_new, f"keys verl has (Hydra's + would fail): {wrongly_new}"
+
+
+def _accepted(tmp_path, out: Path, workload) -> dict:
+    """verl's checks on the export in ``out`` (tests/verl_accept.py), from its command line."""
+    from tests.verl_accept import accept, compose, fake_model
+
+    data = read_mapping(out)
+    argv = _command(out)
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    rest = argv[3:]
+    name = "ppo_trainer"
+    if rest and rest[0].startswith("--config-name="):
+        name = rest.pop(0).split("=", 1)[1]
+    cfg = compose(name, rest)
+    local, layers = {}, {}
+    from hetrl.export.verl_keys import PATH_KEYS
+
+    for role, key in PATH_KEYS.items():
+        if role in workload.models_by_role:
+            shape = workload.model(role)
+            path = verl.flatten(data)[key]
+            arch = "qwen3" if shape.name.startswith("Qwen3") else "llama"
+            local[path] = fake_model(tmp_path / "models" / role, shape, arch)
+            layers[role] = shape.layers
+    return accept(cfg, data[verl.CUSTOM_SECTION], local, layers)
+
+
+def _workload_file(tmp_path, base: str, **changes) -> str:
+    """``base`` with ``changes`` (workload file keys) as a workload file."""
+    data = load_workload(base).to_dict()
+    data.update(changes)
+    path = tmp_path / f"{base}-custom.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(data))))  # (no YAML aliases)
+    return str(path)
 
 
 def _fsdp(plan: Plan) -> Plan:
@@ -64,13 +130,18 @@ def _pools(workload, cluster, pools: list[tuple[tuple[str, ...], tuple[int, ...]
 
 
 def _cases():
-    """(name, workload, cluster, plan builder): co-located (Megatron and FSDP), the split of
-    verl's sync baseline (merged into one pool), and async splits with a standalone rollout."""
+    """(name, workload (a preset, or changes to one: (preset, {key: value})), cluster, plan
+    builder, extra arguments): co-located (Megatron and FSDP), the split of verl's sync baseline
+    (merged into one pool), async on the hybrid engine and with a standalone rollout, uneven
+    pipeline stages, dynamic batch sizes, the three KL modes, rule rewards and Llama models."""
     def coloc(w, c):
         return colocated_plan(w, c, tp=2, pp=2)
 
     def coloc_fsdp(w, c):
         return _fsdp(colocated_plan(w, c))
+
+    def pp8(w, c):  # 36 layers over 8 stages
+        return colocated_plan(w, c, tp=1, pp=8)
 
     def sync_split(w, c):  # verl's split placement: actor tasks | critic and reward
         actor = ("actor_generation", "reference_inference", "actor_training")
@@ -83,34 +154,60 @@ def _cases():
                              (("reward_inference",), tuple(range(8, 16)), 1),
                              (rest, tuple(range(16, 24)), 2)])
 
-    return [("colocated-megatron", "qwen3-4b-ppo-sync", "paper64-multi-region-hybrid", coloc),
-            ("colocated-fsdp", "qwen3-4b-grpo-sync", "paper64-single-region", coloc_fsdp),
-            ("sync-split", "qwen3-4b-ppo-sync", "paper64-multi-country", sync_split),
-            ("async-standalone", "qwen3-4b-ppo-async", "hetero24-two-region", async_three_pools)]
+    llama = load_workload("qwen3-8b-ppo-sync").to_dict()["models"]["actor"] | {
+        "name": "Llama-3.1-8B", "layers": 32, "hidden": 4096, "ffn": 14336, "vocab": 128256}
+    own = dict(llama, name="my-8b")
+    return [
+        ("colocated-megatron", "qwen3-4b-ppo-sync", "paper64-multi-region-hybrid", coloc, ()),
+        ("colocated-fsdp", "qwen3-4b-grpo-sync", "paper64-single-region", coloc_fsdp, ()),
+        ("sync-split", "qwen3-4b-ppo-sync", "paper64-multi-country", sync_split,
+         ("--max-slowdown", "100")),
+        ("async-standalone", "qwen3-4b-ppo-async", "hetero24-two-region", async_three_pools,
+         ("--max-slowdown", "100")),
+        ("async-colocated", "qwen3-4b-grpo-async", "paper64-single-region", coloc, ()),
+        ("megatron-pp8-uneven", "qwen3-4b-ppo-sync", "paper64-single-region", pp8, ()),
+        ("dynamic-bsz-fsdp", ("qwen3-4b-ppo-sync", {"micro_batch_tokens": 8192}),
+         "paper64-single-region", coloc_fsdp, ()),
+        ("dynamic-bsz-megatron", ("qwen3-4b-ppo-sync", {"micro_batch_tokens": 8192,
+                                                        "inference_micro_batch_tokens": 16384}),
+         "paper64-single-region", coloc, ()),
+        ("kl-reward-llama", ("qwen3-8b-ppo-sync", {"kl": "reward", "models": {
+            "actor": llama, "reference": llama, "critic": llama, "reward": llama}}),
+         "paper64-single-region", coloc, ()),
+        ("kl-none-rule-own-model", ("qwen3-4b-grpo-sync", {"kl": "none", "reward": "rule",
+                                                           "models": {"actor": own}}),
+         "paper64-single-region", coloc_fsdp, ("--model-path", "actor=/models/my-8b")),
+    ]
 
 
-@pytest.mark.parametrize("name,workload_name,cluster_name,build", _cases(),
+@pytest.mark.parametrize("name,workload_arg,cluster_name,build,extra", _cases(),
                          ids=[c[0] for c in _cases()])
-def test_export_round_trip(capsys, tmp_path, verl_configs, name, workload_name, cluster_name,
-                           build):
-    import json
-
-    workload, cluster = load_workload(workload_name), load_cluster(cluster_name)
+def test_verl_accepts_the_export(capsys, tmp_path, verl_configs, name, workload_arg,
+                                 cluster_name, build, extra):
+    """Every key is verl's; verl composes, validates and builds the export's config; the
+    closest plan read back from the file alone is the one written and estimated."""
+    if isinstance(workload_arg, tuple):
+        workload_arg = _workload_file(tmp_path, workload_arg[0], **workload_arg[1])
+    workload, cluster = load_workload(workload_arg), load_cluster(cluster_name)
     save_plan(build(workload, cluster), tmp_path / "plan.json")
     out, closest_file = tmp_path / "overrides.yaml", tmp_path / "closest.json"
-    code, text, err = run(capsys, "export", "--to", "verl", "-w", workload_name, "-c",
+    code, text, err = run(capsys, "export", "--to", "verl", "-w", workload_arg, "-c",
                           cluster_name, "-p", tmp_path / "plan.json", "--out", out,
-                          "--closest-plan", closest_file, "--json")
+                          "--closest-plan", closest_file, "--json", *extra)
     assert code == 0, err
     report = json.loads(text)
     data = read_mapping(out)
-    # every exported key is one of verl's
     flat = verl.flatten({k: v for k, v in data.items() if k != verl.CUSTOM_SECTION})
-    missing = sorted(set(flat) - verl_configs[report["config_name"]])
-    assert not missing, f"keys verl {verl.VERL_VERSION} does not have: {missing}"
+    _check_keys(flat, verl_configs, report["config_name"])
     assert flat == report["overrides"]
     assert flat["data.train_batch_size"] == workload.batch_prompts
     assert flat["actor_rollout_ref.rollout.n"] == workload.responses_per_prompt
+    built = _accepted(tmp_path, out, workload)
+    # verl builds the reference exactly when hetrl's plan runs reference_inference
+    assert built["use_reference_policy"] == ("reference_inference" in workload.task_names)
+    assert built["use_critic"] == ("critic_training" in workload.task_names)
+    assert built["rollout"].pipeline_model_parallel_size == 1
+    assert ("reward" in built) == (workload.reward == "model")
     # the closest plan, rebuilt from the file alone, is the one written and estimated
     layout = verl.layout_from_overrides(data, workload, cluster)
     rebuilt = verl.closest_plan(layout, workload, cluster)
@@ -127,13 +224,43 @@ def test_export_round_trip(capsys, tmp_path, verl_configs, name, workload_name, 
         assert flat["reward.reward_model.enable_resource_pool"] is True
         assert data[verl.CUSTOM_SECTION]["resource_pool_spec"] == {
             "global_pool": [8], "rollout_pool": [8], "reward_pool": [8]}
+    if name == "async-colocated":
+        assert flat["trainer.v1.trainer_mode"] == "colocate_async"
     if name == "sync-split":  # verl's sync trainer: one pool
         assert data[verl.CUSTOM_SECTION]["resource_pool_spec"] == {"global_pool": [8] * 8}
         assert any("become 1 verl pools" in d or "becomes" in d for d in report["differences"])
-    if name.startswith("colocated"):  # already a verl plan: nothing lost
-        assert report["ratio"] == pytest.approx(1.0)
+    if name.startswith("colocated"):  # already a verl plan but for the vLLM pp
         assert report["config_name"] == ("ppo_trainer" if "fsdp" in name
                                          else "ppo_megatron_trainer")
+    if name == "colocated-fsdp":
+        assert report["ratio"] == pytest.approx(1.0)
+    if name == "colocated-megatron":  # generation pp 2 -> tp 4, pp 1, and said so
+        assert flat["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+        assert any("do not run pipeline parallelism" in d for d in report["differences"])
+    if name == "megatron-pp8-uneven":
+        first = "override_transformer_config.num_layers_in_first_pipeline_stage"
+        assert flat[f"actor_rollout_ref.actor.megatron.{first}"] == 3
+        assert load_plan(closest_file).placement("actor_training").layers_per_stage == (
+            3, 5, 5, 5, 5, 5, 5, 3)
+    if name.startswith("dynamic"):
+        assert built["actor"].use_dynamic_bsz and built["ref"].use_dynamic_bsz
+        assert built["critic"].engine.use_dynamic_bsz
+        assert built["critic"].engine.max_token_len_per_gpu == 8192
+    else:  # the critic's engine batches by the workload's micro-batches
+        if "critic" in built:
+            assert built["critic"].engine.use_dynamic_bsz is False
+            assert built["critic"].engine.micro_batch_size_per_gpu == workload.micro_batch_size
+            assert built["critic"].engine.infer_micro_batch_size_per_gpu == \
+                workload.inference_micro_batch_size
+    if name == "kl-reward-llama":
+        assert flat["algorithm.use_kl_in_reward"] is True
+        assert flat["actor_rollout_ref.actor.use_kl_loss"] is False
+        assert flat["actor_rollout_ref.model.path"] == "meta-llama/Llama-3.1-8B"
+        assert flat["critic.model.path"] == "meta-llama/Llama-3.1-8B"
+        assert built["reward_model"].architectures == ["LlamaForCausalLM"]
+    if name == "kl-none-rule-own-model":
+        assert flat["actor_rollout_ref.model.path"] == "/models/my-8b"
+        assert "reward.reward_model.enable" not in flat
 
 
 def test_export_of_the_verl_baseline(capsys, tmp_path, verl_configs):
@@ -149,8 +276,10 @@ def test_export_of_the_verl_baseline(capsys, tmp_path, verl_configs):
                           tmp_path / "o.yaml", "--json")
     assert code == 0, err
     report = json.loads(text)
-    assert report["ratio"] == pytest.approx(1.0)
-    assert set(report["overrides"]) <= verl_configs[report["config_name"]]
+    assert report["ratio"] == pytest.approx(1.0, rel=0.05)
+    _check_keys(report["overrides"], verl_configs, report["config_name"])
+    built = _accepted(tmp_path, tmp_path / "o.yaml", load_workload("qwen3-8b-ppo-sync"))
+    assert built["use_reference_policy"] and built["rollout"].pipeline_model_parallel_size == 1
 
 
 def test_export_differences_name_uneven_shares_and_layers(capsys, tmp_path):
@@ -165,7 +294,7 @@ def test_export_differences_name_uneven_shares_and_layers(capsys, tmp_path):
                           tmp_path / "o.yaml")
     assert code == 0, err
     assert "actor_training: uneven data shares" in text
-    assert "actor_training: uneven layer split [20, 16]" in text
+    assert "actor: 36 layers over pp 2 stages as [20, 16]" in text  # Megatron runs it
     assert "mixes GPU types" in text
 
 
@@ -206,3 +335,125 @@ def test_a_layout_that_does_not_divide_its_pool_is_exported_as_the_nearest_that_
     for tp, pp, gpus in ((2, 7, 48), (4, 3, 16), (5, 5, 24)):
         t, q = nearest_layout(tp, pp, gpus, 8)
         assert gpus % (t * q) == 0 and t <= 8
+
+
+def test_export_refuses_a_closest_plan_over_max_slowdown(capsys, tmp_path):
+    """verl merges the split's two groups into one pool: over --max-slowdown, exit 2 naming the
+    ratio; a larger bound exports it."""
+    workload, cluster = load_workload("qwen3-4b-ppo-sync"), load_cluster("paper64-multi-country")
+    actor = ("actor_generation", "reference_inference", "actor_training")
+    rest = ("reward_inference", "critic_inference", "critic_training")
+    save_plan(_pools(workload, cluster, [(actor, tuple(range(32)), 2),
+                                         (rest, tuple(range(32, 64)), 2)]), tmp_path / "p.json")
+    out = tmp_path / "o.yaml"
+    args = ("export", "--to", "verl", "-w", "qwen3-4b-ppo-sync", "-c", "paper64-multi-country",
+            "-p", tmp_path / "p.json", "--out", out)
+    code, _, err = run(capsys, *args, "--max-slowdown", "1.01")
+    assert code == 2 and "--max-slowdown = 1.01: the closest plan the framework runs is" in err
+    assert not out.exists()
+    code, _, err = run(capsys, *args, "--max-slowdown", "1000")
+    assert code == 0, err
+
+
+def test_export_needs_a_path_for_a_model_without_a_hugging_face_id(capsys, tmp_path):
+    wl = _workload_file(tmp_path, "qwen3-4b-grpo-sync", kl="none", reward="rule", models={
+        "actor": load_workload("qwen3-4b-grpo-sync").to_dict()["models"]["actor"] | {
+            "name": "mine"}})
+    workload, cluster = load_workload(wl), load_cluster("a100x8")
+    save_plan(_fsdp(colocated_plan(workload, cluster)), tmp_path / "p.json")
+    args = ("export", "--to", "verl", "-w", wl, "-c", "a100x8", "-p", tmp_path / "p.json",
+            "--out", tmp_path / "o.yaml")
+    code, _, err = run(capsys, *args)
+    assert_user_error(code, err, "models.actor", "--model-path actor=PATH", command="export")
+    code, _, err = run(capsys, *args, "--model-path", "reference=/x")
+    assert_user_error(code, err, "--model-path reference", "actor's path", command="export")
+    for bad in ("actor=/m\nrm -rf /", "actor=/m\x00"):
+        code, _, err = run(capsys, *args, "--model-path", bad)
+        assert_user_error(code, err, "--model-path actor", "control characters",
+                          command="export")
+
+
+HOSTILE = ["it's \"quoted\"", "$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "${HOME}",
+           "x' ; touch PWNED; '", "back\\slash\\",
+           "a\\${x}'"]
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_names_yield_a_command_that_runs_only_verl(capsys, tmp_path, name):
+    """Names from stranger files (model path, cluster and node names) holding quotes, $(...),
+    backticks or ';': the command line, run by a shell, runs only verl's entry point (a stand-in
+    python3 that records its arguments), which receives each value unchanged."""
+    wl = _workload_file(tmp_path, "qwen3-4b-grpo-sync", kl="none", reward="rule",
+                        name=f"w {name}", models={
+                            "actor": load_workload("qwen3-4b-grpo-sync").to_dict()["models"][
+                                "actor"] | {"name": f"m {name}"}})
+    cluster_file = tmp_path / "c.yaml"
+    cluster_file.write_text(yaml.safe_dump({"name": f"c {name}", "nodes": [
+        {"name": f"n {name}", "gpu": "A100-80GB", "count": 8, "region": "us-east-1"}]}))
+    workload, cluster = load_workload(wl), load_cluster(str(cluster_file))
+    save_plan(_fsdp(colocated_plan(workload, cluster)), tmp_path / "p.json")
+    out = tmp_path / "o.yaml"
+    code, _, err = run(capsys, "export", "--to", "verl", "-w", wl, "-c", cluster_file, "-p",
+                       tmp_path / "p.json", "--out", out, "--model-path", f"actor={name}")
+    assert code == 0, err
+    bin_dir, record = tmp_path / "bin", tmp_path / "argv.json"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/sh\nexec \"$HETRL_PY\" -c 'import json, os, sys; json.dump("
+                    "sys.argv[1:], open(os.environ[\"HETRL_RECORD\"], \"w\"))' \"$@\"\n")
+    fake.chmod(0o755)
+    lines = out.read_text().splitlines()
+    start = lines.index("# The command line:") + 1
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("# "))
+    script = "\n".join(line[2:] for line in lines[start:end])
+    import sys
+
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HETRL_PY": sys.executable,
+           "HETRL_RECORD": str(record), "HOME": "/nonexistent"}
+    done = subprocess.run(["sh", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "PWNED").exists()
+    argv = json.loads(record.read_text())
+    assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
+    from hetrl.export.verl_keys import hydra_value
+
+    assert f"actor_rollout_ref.model.path={hydra_value(name)}" in argv
+    text = out.read_text()
+    assert read_mapping(out)[verl.CUSTOM_SECTION]["nodes"]["global_pool"] == [f"n {name}"]
+    assert all(line.startswith("#") for line in text.splitlines()[:text.splitlines().index(
+        "# The command line:")])
+
+
+def test_hydra_reads_a_quoted_value_back_unchanged(verl_installed):
+    """Hydra's grammar and OmegaConf's interpolation do not touch a quoted value."""
+    from hetrl.export.verl_keys import command_args
+    from tests.verl_accept import compose
+
+    for name in HOSTILE:
+        cfg = compose("ppo_trainer", command_args({"actor_rollout_ref.model.path": name}))
+        assert cfg.actor_rollout_ref.model.path == name
+
+
+@pytest.mark.parametrize("where", ["model", "cluster", "node", "path"])
+def test_newlines_and_nul_are_refused(capsys, tmp_path, where):
+    bad = "evil\n$(touch PWNED)" if where != "path" else "evil\x00"
+    base = load_workload("qwen3-4b-grpo-sync").to_dict()["models"]["actor"]
+    wl = _workload_file(tmp_path, "qwen3-4b-grpo-sync", kl="none", reward="rule", models={
+        "actor": base | ({"name": bad} if where == "model" else {})})
+    cluster_file = tmp_path / "c.yaml"
+    cluster_file.write_text(yaml.safe_dump({"name": bad if where == "cluster" else "c", "nodes": [
+        {"name": bad if where == "node" else "n0", "gpu": "A100-80GB", "count": 8,
+         "region": "us-east-1"}]}))
+    try:
+        workload, cluster = load_workload(wl), load_cluster(str(cluster_file))
+    except Exception as exc:  # a loader that refuses it first is as good
+        assert "evil" in str(exc)
+        return
+    save_plan(_fsdp(colocated_plan(workload, cluster)), tmp_path / "p.json")
+    out = tmp_path / "o.yaml"
+    extra = ("--model-path", f"actor={bad}") if where in ("path", "model") else ()
+    code, _, err = run(capsys, "export", "--to", "verl", "-w", wl, "-c", cluster_file, "-p",
+                       tmp_path / "p.json", "--out", out, *extra)
+    assert_user_error(code, err, "control characters", command="export")
+    assert not out.exists()

@@ -15,7 +15,8 @@ What stock verl runs (``trainer.use_v1``; trainer_base.py's resource pools):
 
 Every task of a pool uses all of the pool's GPUs, with one layout per model (the rollout's TP, the
 actor's, the reference's and the critic's TP and PP under Megatron; data parallelism only under
-FSDP), equal data shares and, under Megatron, even layer splits. The rules that map a hetrl plan
+FSDP), equal data shares and, under Megatron, equal layer splits but for the first and the last
+stage (``num_layers_in_first_pipeline_stage`` / ``_last_``). The rules that map a hetrl plan
 onto that (docs/users.md, "Export to verl"):
 
 1. generation gets a standalone pool when the workload is async and its group holds no task
@@ -27,13 +28,19 @@ onto that (docs/users.md, "Export to verl"):
    (``nnodes x n_gpus_per_node``): otherwise verl cannot come close, and the export stops
    (exit 2) naming the pool; each model's tp x pp must divide its pool's GPUs (verl runs every
    model on all of them): where the plan's does not, the nearest (tp, pp) that does is exported
-   and the differences say so;
+   and the differences say so; the models verl serves on vLLM (the rollout, the reward model)
+   run no pipeline parallelism: a pp > 1 there becomes (tp x pp, 1), or the nearest that
+   divides;
 5. the strategy (``fsdp`` or ``megatron``) is the actor trainer's backend, for every model.
 
 A custom section, ``hetrl_resource_pools``, writes those pools as verl's
 ``ResourcePoolManager(resource_pool_spec, mapping)`` arguments and the nodes each pool should
 hold: verl's config has no key for them (the trainer builds them in code) nor for which nodes a
 pool takes (Ray places it), so verl does not read that section.
+
+verl builds the reference only when ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward`` is
+set: the workload's ``kl`` (loss, reward, none) sets them. The keys and the file are
+:mod:`hetrl.export.verl_keys`.
 """
 
 from __future__ import annotations
@@ -44,17 +51,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetrl.errors import SpecError
+from hetrl.export.verl_keys import (  # noqa: F401 (re-exported: verl.overrides, verl.render...)
+    CONFIG_NAMES,
+    CUSTOM_SECTION,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    command_line,
+    flatten,
+    model_paths,
+    nested,
+    overrides,
+    render,
+    token_budgets,
+)
 from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance, TaskGroup, even_layers, make_placement, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
 VERL_VERSION = "0.9.1"
-CUSTOM_SECTION = "hetrl_resource_pools"
-CONFIG_NAMES = {"fsdp": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
-#: vLLM's share of a GPU when the workload leaves it open (``gen_gpu_memory_utilization: null``):
-#: verl's default when the rollout shares GPUs with training, vLLM's own on a standalone pool.
-DEFAULT_GPU_MEMORY_UTILIZATION = {"hybrid": 0.5, "standalone": 0.9}
 #: Which pool each task runs in, by verl role.
 ROLE_OF_TASK = {"actor_generation": "Rollout", "actor_training": "Actor",
                 "actor_inference": "Actor", "reference_inference": "RefPolicy",
@@ -83,6 +97,8 @@ class VerlLayout:
     pools: tuple[Pool, ...]
     layouts: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Megatron's layer split of each model with pp > 1 (:func:`megatron_stages`).
+    stages: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
@@ -147,28 +163,77 @@ def verl_layout(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Ver
     for model, (tp, pp) in list(layouts.items()):
         pool = out.pool(_pool_name(out, model))
         n = len(pool.devices)
-        if n % (tp * pp):
+        if model in VLLM_MODELS and pp > 1:
+            layouts[model] = near = nearest_layout(tp * pp, 1, n, pool.gpus_per_node, max_pp=1)
+            notes.append(f"{model}: (tp, pp) = ({tp}, {pp}): verl's vLLM engines do not run "
+                         "pipeline parallelism (RolloutConfig raises NotImplementedError for "
+                         f"pipeline_model_parallel_size > 1); exported as the nearest layout "
+                         f"they run on {pool.name}'s {n} GPUs, ({near[0]}, 1)")
+        elif n % (tp * pp):
             layouts[model] = near = nearest_layout(tp, pp, n, pool.gpus_per_node)
             notes.append(f"{model}: (tp, pp) = ({tp}, {pp}) does not divide the {n} GPUs of "
                          f"{pool.name} (verl runs every model on all of its pool's GPUs); "
                          f"exported as the nearest that does, ({near[0]}, {near[1]})")
-    return replace(out, notes=tuple(notes))  # (``layouts`` is out's own dict, amended above)
+    stages = {}
+    if strategy == "megatron":
+        for model, task in (("actor", "actor_training"), ("ref", "reference_inference"),
+                            ("critic", "critic_training")):
+            if model in layouts and layouts[model][1] > 1:
+                layers = workload.model(workload.task(task).role).layers
+                p = plan.placement(task)
+                own = tuple(p.layers_per_stage) if p.pp == layouts[model][1] else None
+                stages[model] = megatron_stages(layers, layouts[model][1], own)
+    return replace(out, notes=tuple(notes), stages=stages)  # (layouts: out's dict, amended)
 
 
-def nearest_layout(tp: int, pp: int, gpus: int, per_node: int) -> tuple[int, int]:
+#: The models verl serves on vLLM (no pipeline parallelism).
+VLLM_MODELS = ("rollout", "reward")
+
+
+def nearest_layout(tp: int, pp: int, gpus: int, per_node: int,
+                   max_pp: int | None = None) -> tuple[int, int]:
     """The (tp, pp) nearest to ``(tp, pp)`` (in log ratio, then the larger tp x pp) whose product
-    divides ``gpus``, with tp inside a node (at most ``per_node``)."""
+    divides ``gpus``, with tp inside a node (at most ``per_node``) and pp at most ``max_pp``."""
     best = None
     for t in range(1, min(gpus, per_node) + 1):
         if gpus % t:
             continue
-        for q in range(1, gpus // t + 1):
+        for q in range(1, min(gpus // t, max_pp or gpus) + 1):
             if (gpus // t) % q:
                 continue
             score = (abs(math.log(t / tp)) + abs(math.log(q / pp)), -t * q)
             if best is None or score < best[0]:
                 best = (score, (t, q))
     assert best is not None  # (1, 1) always divides
+    return best[1]
+
+
+def is_megatron_split(stages: tuple[int, ...]) -> bool:
+    """Whether Megatron can run ``stages``: every stage but the first and the last the same
+    size (``num_layers_in_first_pipeline_stage`` / ``_last_`` set the two ends)."""
+    return all(n >= 1 for n in stages) and len(set(stages[1:-1])) <= 1
+
+
+def megatron_stages(layers: int, pp: int, own: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """``layers`` over ``pp`` stages as Megatron runs them: ``own`` (the plan's split) if
+    Megatron can, else the split whose largest stage is smallest, with equal middle stages and
+    the remainder on the two ends (fewer there: they hold the embedding and the head)."""
+    if own is not None and sum(own) == layers and len(own) == pp and is_megatron_split(own):
+        return own
+    if pp == 1 or layers % pp == 0:
+        return (layers // pp,) * pp
+    best = None
+    for mid in range(1, layers):
+        rest = layers - mid * (pp - 2)
+        if rest < 2:
+            break
+        first = rest // 2
+        split = (first,) + (mid,) * (pp - 2) + (rest - first,)
+        key = (max(split), abs(split[-1] - mid))
+        if best is None or key < best[0]:
+            best = (key, split)
+    if best is None:  # (fewer layers than stages: refused by the plan's validation before)
+        raise SpecError("pp", pp, f"more pipeline stages than the model's {layers} layers")
     return best[1]
 
 
@@ -204,7 +269,8 @@ def closest_plan(layout: VerlLayout, workload: WorkloadSpec, cluster: ClusterSpe
             and model != "reward" else "megatron"  # (verl serves the reward model on vLLM)
         layers = workload.model(workload.task(t).role).layers
         placements.append(make_placement(t, pool.devices, n // (tp * pp), pp, tp, layers,
-                                         layers_per_stage=even_layers(layers, pp),
+                                         layers_per_stage=layout.stages.get(
+                                             model, even_layers(layers, pp)),
                                          backend=backend))
     groups = tuple(TaskGroup(tuple(ts), p.devices) for p in layout.pools
                    for ts in [tasks_in[p.name]] if ts)
@@ -213,103 +279,6 @@ def closest_plan(layout: VerlLayout, workload: WorkloadSpec, cluster: ClusterSpe
                 made_for=made_for(workload, cluster))
     validate(plan, workload, cluster)
     return plan
-
-
-# --- the overrides ------------------------------------------------------------------------------
-
-def _hf_path(name: str) -> str | None:
-    """The Hugging Face id of a built-in Qwen3 model (None for others: the user fills it in)."""
-    return f"Qwen/{name}" if name.startswith("Qwen3-") else None
-
-
-def overrides(layout: VerlLayout, workload: WorkloadSpec) -> dict[str, Any]:
-    """verl's config keys (dotted) and values for ``layout`` and ``workload``."""
-    wl = workload
-    g = layout.pool("global_pool")
-    out: dict[str, Any] = {
-        "algorithm.adv_estimator": "gae" if wl.algorithm == "ppo" else "grpo",
-        "data.train_batch_size": wl.batch_prompts,
-        "data.max_prompt_length": wl.prompt_length.max,
-        "data.max_response_length": wl.response_length.max,
-        "trainer.nnodes": len(g.nodes),
-        "trainer.n_gpus_per_node": g.gpus_per_node,
-        "actor_rollout_ref.actor.strategy": layout.strategy,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": wl.batch_prompts // wl.optimizer_steps,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": wl.micro_batch_size,
-        "actor_rollout_ref.actor.use_dynamic_bsz": wl.micro_batch_tokens is not None,
-        "actor_rollout_ref.model.use_remove_padding": wl.remove_padding,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": wl.recompute,
-        "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.n": wl.responses_per_prompt,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": layout.layouts["rollout"][0],
-        "actor_rollout_ref.rollout.pipeline_model_parallel_size": layout.layouts["rollout"][1],
-        "actor_rollout_ref.rollout.max_num_seqs": wl.gen_max_concurrency,
-        "actor_rollout_ref.rollout.enforce_eager": not wl.gen_cuda_graphs,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu":
-            wl.inference_micro_batch_size,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": wl.inference_micro_batch_size,
-    }
-    path = _hf_path(wl.model("actor").name)
-    if path:
-        out["actor_rollout_ref.model.path"] = path
-    if wl.micro_batch_tokens is not None:
-        out["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = wl.micro_batch_tokens
-    if wl.inference_micro_batch_tokens is not None:
-        for role in ("rollout", "ref"):
-            out[f"actor_rollout_ref.{role}.log_prob_use_dynamic_bsz"] = True
-            out[f"actor_rollout_ref.{role}.log_prob_max_token_len_per_gpu"] = \
-                wl.inference_micro_batch_tokens
-    standalone = layout.rollout_pool == "rollout_pool"
-    util = wl.gen_gpu_memory_utilization
-    out["actor_rollout_ref.rollout.gpu_memory_utilization"] = util if util is not None else \
-        DEFAULT_GPU_MEMORY_UTILIZATION["standalone" if standalone else "hybrid"]
-    if wl.mode == "sync":
-        out["trainer.v1.trainer_mode"] = "sync"
-    elif standalone:
-        r = layout.pool("rollout_pool")
-        out.update({"trainer.v1.trainer_mode": "separate_async",
-                    "trainer.v1.separate_async.parameter_sync_step": wl.optimizer_steps,
-                    "actor_rollout_ref.hybrid_engine": False,
-                    "actor_rollout_ref.rollout.nnodes": len(r.nodes),
-                    "actor_rollout_ref.rollout.n_gpus_per_node": r.gpus_per_node,
-                    "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl"})
-    else:
-        out["trainer.v1.trainer_mode"] = "colocate_async"
-    if layout.strategy == "megatron":
-        for model, prefix in (("actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
-                              ("critic", "critic")):
-            if model in layout.layouts:
-                tp, pp = layout.layouts[model]
-                out[f"{prefix}.megatron.tensor_model_parallel_size"] = tp
-                out[f"{prefix}.megatron.pipeline_model_parallel_size"] = pp
-    if "critic" in layout.layouts:
-        out.update({
-            "critic.strategy": layout.strategy,
-            "critic.ppo_micro_batch_size_per_gpu": wl.micro_batch_size,
-            "critic.use_dynamic_bsz": wl.micro_batch_tokens is not None,
-            "critic.model.use_remove_padding": wl.remove_padding,
-            "critic.model.enable_gradient_checkpointing": wl.recompute,
-        })
-        if layout.strategy == "fsdp":  # (Megatron's critic has no key of its own for it)
-            out["critic.forward_micro_batch_size_per_gpu"] = wl.inference_micro_batch_size
-        if path:
-            out["critic.model.path"] = path
-        if wl.micro_batch_tokens is not None:
-            out["critic.ppo_max_token_len_per_gpu"] = wl.micro_batch_tokens
-        if wl.inference_micro_batch_tokens is not None:
-            out["critic.forward_max_token_len_per_gpu"] = wl.inference_micro_batch_tokens
-    if layout.reward_pool is not None:
-        out["reward.reward_model.enable"] = True
-        out["reward.reward_model.rollout.name"] = "vllm"
-        out["reward.reward_model.rollout.tensor_model_parallel_size"] = layout.layouts["reward"][0]
-        out["reward.reward_model.rollout.pipeline_model_parallel_size"] = \
-            layout.layouts["reward"][1]
-        out["reward.reward_model.enable_resource_pool"] = layout.reward_pool == "reward_pool"
-        if layout.reward_pool == "reward_pool":
-            rp = layout.pool("reward_pool")
-            out["reward.reward_model.nnodes"] = len(rp.nodes)
-            out["reward.reward_model.n_gpus_per_node"] = rp.gpus_per_node
-    return out
 
 
 def resource_pools(layout: VerlLayout, workload: WorkloadSpec) -> dict[str, Any]:
@@ -326,30 +295,6 @@ def resource_pools(layout: VerlLayout, workload: WorkloadSpec) -> dict[str, Any]
             "devices": {p.name: list(p.devices) for p in layout.pools}}
 
 
-def nested(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """Dotted keys as nested mappings."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *path, last = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys (lists are values)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
-
-
 # --- what verl cannot express -------------------------------------------------------------------
 
 def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: WorkloadSpec,
@@ -361,11 +306,11 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
             out.append(f"{p.task}: uneven data shares per replica "
                        f"({', '.join(f'{100 * s:.0f}%' for s in p.data_shares[:8])}"
                        f"{', ...' if p.dp > 8 else ''}); verl splits the batch evenly")
-        layers = workload.model(workload.task(p.task).role).layers
-        if p.pp > 1 and tuple(p.layers_per_stage) != even_layers(layers, p.pp):
-            out.append(f"{p.task}: uneven layer split {list(p.layers_per_stage)}; verl splits "
-                       "the layers evenly over the pipeline stages")
         c = closest.placement(p.task)
+        if p.pp > 1 and p.pp == c.pp and tuple(p.layers_per_stage) != tuple(c.layers_per_stage):
+            out.append(f"{p.task}: uneven layer split {list(p.layers_per_stage)}; Megatron sets "
+                       "only the first and the last stage apart (the others are equal): "
+                       f"exported as {list(c.layers_per_stage)}")
         if (p.dp, p.pp, p.tp, p.backend) != (c.dp, c.pp, c.tp, c.backend) or \
                 set(p.device_ids) != set(c.device_ids):
             out.append(f"{p.task}: (dp, pp, tp) = ({p.dp}, {p.pp}, {p.tp}) {p.backend} on "
@@ -375,19 +320,23 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
         if p.offload:
             out.append(f"{p.task}: offload is not exported (set the fsdp_config offload keys by "
                        "hand); the closest plan does not offload")
-    if layout.strategy == "megatron":
-        for model, (_tp, pp) in layout.layouts.items():
-            role = {"rollout": "actor", "ref": "reference"}.get(model, model)
-            layers = workload.model(role).layers
-            if model not in ("rollout", "reward") and layers % pp:
-                out.append(f"{model}: pp {pp} does not divide {layers} layers; Megatron then "
-                           "needs num_layers_in_first_pipeline_stage / _last_ set by hand "
-                           "(not exported; the closest plan splits as evenly as it can)")
-    if layout.strategy == "megatron" and "critic" in layout.layouts and \
-            workload.inference_micro_batch_size != workload.micro_batch_size:
-        out.append(f"critic_inference: verl's Megatron critic computes values in micro-batches "
-                   f"of ppo_micro_batch_size_per_gpu ({workload.micro_batch_size}), not "
-                   f"{workload.inference_micro_batch_size}; both estimates keep the workload's")
+    for model, split in layout.stages.items():
+        if len(set(split)) > 1:
+            out.append(f"{model}: {sum(split)} layers over pp {len(split)} stages as {list(split)} "
+                       "(override_transformer_config.num_layers_in_first_pipeline_stage / "
+                       "_last_pipeline_stage)")
+    budgets = token_budgets(workload)
+    if budgets is not None and None in (workload.micro_batch_tokens,
+                                        workload.inference_micro_batch_tokens):
+        out.append("verl asserts actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz: the "
+                   "workload batches one of training and inference by tokens, the other by count; "
+                   f"both are exported by tokens ({budgets[0]} training, {budgets[1]} inference "
+                   "per GPU: the count x the longest sequence); both estimates keep the "
+                   "workload's")
+    if "critic" in layout.layouts and budgets is not None and budgets[0] != budgets[1]:
+        out.append(f"critic_inference: verl's v1 critic engine uses one token budget "
+                   f"(critic.ppo_infer_max_token_len_per_gpu, {budgets[0]}) for training and "
+                   f"values, not {budgets[1]}; both estimates keep the workload's")
     for pool in layout.pools:
         types = sorted({cluster.devices[d].gpu.name for d in pool.devices})
         if len(types) > 1:
@@ -403,8 +352,6 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
     if workload.mode == "async" and workload.staleness > 1:
         out.append(f"staleness {workload.staleness}: verl's async trainers bound it "
                    "differently (trainer.v1.sampler.max_off_policy_threshold); not exported")
-    if workload.reward == "model" and not workload.model("reward").name.startswith("Qwen3-"):
-        out.append("the reward model's path is not exported (reward.reward_model.model_path)")
     if plan.sync_relay:
         out.append("the weight sync's relay (sync_relay: one copy into each region without "
                    "training, then a fan-out inside it) is not exported: verl has no relay, "
@@ -433,6 +380,7 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
 
     strategy = get("actor_rollout_ref.actor.strategy", "fsdp")
     pools = tuple(_pool_of(name, list(devs), cluster) for name, devs in custom["devices"].items())
+    stages: dict[str, tuple[int, ...]] = {}
     layouts = {"rollout": (get("actor_rollout_ref.rollout.tensor_model_parallel_size", 1),
                            get("actor_rollout_ref.rollout.pipeline_model_parallel_size", 1))}
     for model, prefix, task in (("actor", "actor_rollout_ref.actor", "actor_training"),
@@ -442,6 +390,13 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
             layouts[model] = (get(f"{prefix}.megatron.tensor_model_parallel_size", 1),
                               get(f"{prefix}.megatron.pipeline_model_parallel_size", 1)) \
                 if strategy == "megatron" else (1, 1)
+            pp = layouts[model][1]
+            if pp > 1:
+                layers = workload.model(workload.task(task).role).layers
+                ends = [get(f"{prefix}.megatron.override_transformer_config.num_layers_in_"
+                            f"{end}_pipeline_stage") for end in ("first", "last")]
+                stages[model] = megatron_stages(layers, pp) if None in ends else \
+                    (ends[0],) + ((layers - sum(ends)) // (pp - 2),) * (pp - 2) + (ends[1],)
     reward = None
     if get("reward.reward_model.enable", False):
         layouts["reward"] = (get("reward.reward_model.rollout.tensor_model_parallel_size", 1),
@@ -450,32 +405,4 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
             "global_pool"
     rollout = "rollout_pool" if get("actor_rollout_ref.hybrid_engine", True) is False else \
         "global_pool"
-    return VerlLayout(strategy, rollout, reward, pools, layouts)
-
-
-# --- the file -----------------------------------------------------------------------------------
-
-def command_line(flat: Mapping[str, Any], strategy: str) -> str:
-    """The verl command a user would type: its entry point and every override."""
-    def value(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    args = " \\\n    ".join(f"{k}={value(v)}" for k, v in flat.items())
-    name = CONFIG_NAMES[strategy]
-    config = f" --config-name={name}" if name != "ppo_trainer" else ""
-    return f"python3 -m verl.trainer.main_ppo{config} \\\n    {args}"
-
-
-def render(flat: Mapping[str, Any], pools: Mapping[str, Any], header: list[str]) -> str:
-    """The overrides file: a comment block, verl's keys nested, then the custom section."""
-    import yaml
-
-    lines = [f"# {line}" if line else "#" for line in header]
-    body = yaml.safe_dump(nested(flat), sort_keys=False)
-    custom = yaml.safe_dump({CUSTOM_SECTION: dict(pools)}, sort_keys=False,
-                            default_flow_style=None)
-    note = ["", f"# {CUSTOM_SECTION}: NOT a verl key (verl does not read it). verl's trainer "
-            "builds", "# ResourcePoolManager(resource_pool_spec, mapping) in code from the keys "
-            "above;", "# this section writes those arguments out, and the nodes and devices each "
-            "pool", "# should hold (Ray places pools itself). `hetrl export` reads it back to "
-            "rebuild", "# the closest plan."]
-    return "\n".join(lines) + "\n" + body + "\n".join(note) + "\n" + custom
+    return VerlLayout(strategy, rollout, reward, pools, layouts, stages=stages)
