@@ -9,24 +9,11 @@ import os
 from hetrl.cli import emit, load_plan_for, stamped
 
 
-def model_path_option(text: str) -> tuple[str, str]:
-    """argparse type of ``--model-path ROLE=PATH``."""
-    role, sep, path = text.partition("=")
-    if not sep or not role:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected ROLE=PATH (actor, critic, reward)")
-    return role, path
-
-
-def _seconds(est) -> str:
-    if est.feasible:
-        return f"{est.iteration_s:.2f} s per iteration"
-    return f"{est.iteration_s:.2f} s per iteration ignoring memory (it does not fit)"
-
-
 def export_openrlhf(args: argparse.Namespace) -> int:
     """Write the launch script, optionally the closest plan; print both estimates."""
     from hetrl import __version__
     from hetrl.cli_cost import load_params
+    from hetrl.cli_views import close_enough, seconds_text
     from hetrl.cost.model import CostModel
     from hetrl.errors import SpecError
     from hetrl.export import openrlhf as orl
@@ -49,6 +36,7 @@ def export_openrlhf(args: argparse.Namespace) -> int:
     ratio = theirs.iteration_s / ours.iteration_s if ours.iteration_s > 0 else float("nan")
     flags = orl.flags(layout, workload, cluster, paths)
     diffs = orl.differences(plan, layout, closest, workload, cluster)
+    close_enough(ours, theirs, ratio, args.max_slowdown, diffs)
     header = [f"OpenRLHF {orl.OPENRLHF_VERSION} launch script written by hetrl {__version__} "
               "export --to openrlhf",
               f"workload {workload.name}, cluster {cluster.name}, plan {args.plan}",
@@ -57,8 +45,8 @@ def export_openrlhf(args: argparse.Namespace) -> int:
               "--data.input_key input --ckpt.save_hf",
               "Run it where `ray` reaches the cluster (or through `ray job submit -- ...`).",
               "", "Estimates (hetrl's cost model, `hetrl estimate`):",
-              f"  the hetrl plan:            {_seconds(ours)}",
-              f"  the closest OpenRLHF plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's",
+              f"  the hetrl plan:            {seconds_text(ours)}",
+              f"  the closest OpenRLHF plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's",
               "", "Placement groups (models sharing GPUs) and the devices hetrl assumed (Ray packs "
               "each group onto GPUs it chooses):"]
     header += [f"  {'+'.join(g.models)}: {len(g.devices)} GPUs, devices {orl.ranges(g.devices)}"
@@ -80,8 +68,8 @@ def export_openrlhf(args: argparse.Namespace) -> int:
     text = [f"wrote {args.out}: OpenRLHF {orl.OPENRLHF_VERSION} train_ppo_ray, {len(flags)} "
             "flags, placement groups "
             + ", ".join(f"{'+'.join(g.models)} {len(g.devices)}" for g in layout.groups),
-            f"  hetrl plan:            {_seconds(ours)}",
-            f"  closest OpenRLHF plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's"]
+            f"  hetrl plan:            {seconds_text(ours)}",
+            f"  closest OpenRLHF plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's"]
     text += [f"  differs: {d}" for d in diffs]
     emit(args, data, "\n".join(text))
     return 0

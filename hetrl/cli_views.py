@@ -71,18 +71,14 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", help="cost-model parameters YAML (for the two estimates)")
     p.add_argument("--model-path", action="append", type=_role_path, default=[],
                    metavar="ROLE=PATH", help="where the framework loads ROLE's model (actor, "
-                   "critic, reward): a Hugging Face id or a directory; repeatable (default: the "
-                   "built-in model's Hugging Face id)")
+                   "critic, reward; openrlhf: also a rule reward's reward_func file): a Hugging "
+                   "Face id or a directory; repeatable (default: the built-in model's Hugging "
+                   "Face id)")
     p.add_argument("--max-slowdown", type=positive_float("--max-slowdown"), default=1.5,
                    help="refuse (exit 2) when the closest plan the framework runs is more than "
                    "this many times the plan's iteration time, or does not fit where the plan "
                    "does (default 1.5)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    from hetrl.cli_openrlhf import model_path_option
-
-    p.add_argument("--model-path", action="append", type=model_path_option, metavar="ROLE=PATH",
-                   help="openrlhf: a model's path or Hugging Face id (actor, critic, reward; a "
-                   "rule reward's reward_func file); default: the id of a built-in Qwen3 model")
 
 
 def _role_path(value: str) -> tuple[str, str]:
@@ -93,7 +89,7 @@ def _role_path(value: str) -> tuple[str, str]:
     return role, path
 
 
-def _close_enough(ours, theirs, ratio: float, most: float, diffs: list[str]) -> None:
+def close_enough(ours, theirs, ratio: float, most: float, diffs: list[str]) -> None:
     """Refuse (SpecError, exit 2) a closest plan that does not fit where the plan does, or is
     more than ``most`` times slower."""
     from hetrl.errors import SpecError
@@ -107,7 +103,8 @@ def _close_enough(ours, theirs, ratio: float, most: float, diffs: list[str]) -> 
                         f"{ratio:.2f}x the plan's iteration time ({why})")
 
 
-def _seconds(est) -> str:
+def seconds_text(est) -> str:
+    """An estimate's iteration time as the export's text prints it."""
     if est.feasible:
         return f"{est.iteration_s:.2f} s per iteration"
     return f"{est.iteration_s:.2f} s per iteration ignoring memory (it does not fit)"
@@ -129,8 +126,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         from hetrl.cli_openrlhf import export_openrlhf
 
         return export_openrlhf(args)
-    if args.model_path:
-        raise SpecError("--model-path", args.model_path[0][0], "only --to openrlhf reads it")
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan_for(args, workload, cluster)
     safe.check_inputs(workload, cluster, args.plan)
@@ -148,15 +143,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     flat = verl.overrides(layout, workload, paths)
     pools = verl.resource_pools(layout, workload)
     diffs = verl.differences(plan, layout, closest, workload, cluster)
-    _close_enough(ours, theirs, ratio, args.max_slowdown, diffs)
+    close_enough(ours, theirs, ratio, args.max_slowdown, diffs)
     header = [f"verl {verl.VERL_VERSION} trainer overrides written by hetrl {__version__} "
               f"export --to verl",
               f"workload {workload.name}, cluster {cluster.name}, plan {args.plan}",
               f"config: verl/trainer/config/{verl.CONFIG_NAMES[layout.strategy]}.yaml; add your "
               "data files (data.train_files, data.val_files) and reward function",
               "", "Estimates (hetrl's cost model, `hetrl estimate`):",
-              f"  the hetrl plan:        {_seconds(ours)}",
-              f"  the closest verl plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's",
+              f"  the hetrl plan:        {seconds_text(ours)}",
+              f"  the closest verl plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's",
               "", "What verl cannot express, and how the exported plan differs:"]
     header += [f"  - {d}" for d in diffs] or ["  (nothing: the plan is a verl plan)"]
     header += ["", "The command line:"] + verl.command_line(flat, layout.strategy).splitlines()
@@ -173,8 +168,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     text = [f"wrote {args.out}: {len(flat)} verl {verl.VERL_VERSION} overrides "
             f"({verl.CONFIG_NAMES[layout.strategy]}), pools "
             + ", ".join(f"{p.name} {len(p.nodes)}x{p.gpus_per_node}" for p in layout.pools),
-            f"  hetrl plan:        {_seconds(ours)}",
-            f"  closest verl plan: {_seconds(theirs)}; {ratio:.2f}x the hetrl plan's"]
+            f"  hetrl plan:        {seconds_text(ours)}",
+            f"  closest verl plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's"]
     text += [f"  differs: {d}" for d in diffs]
     emit(args, data, "\n".join(text))
     return 0

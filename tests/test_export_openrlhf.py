@@ -278,8 +278,9 @@ def test_a_custom_model_needs_its_path(capsys, tmp_path, openrlhf_main):
     assert code == 0, err
     args, _ = openrlhf_main(json.loads(text)["argv"][3:])
     assert args.actor.model_name_or_path == "/m/a b" and args.reward.model_name_or_path == "/m/r"
+    # verl reads --model-path too: each role it loads needs one
     code, _, err = run(capsys, "export", "--to", "verl", *base[3:], "--model-path", "actor=/m")
-    assert_user_error(code, err, "--model-path", "openrlhf", command="export")
+    assert_user_error(code, err, "models.reward", "--model-path reward=PATH", command="export")
 
 
 HOSTILE = "x'\"; $(touch PWNED) `touch PWNED2`; touch PWNED3 #"
