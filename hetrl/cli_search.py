@@ -112,7 +112,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"evaluations in {result.elapsed_s:.1f} s; plan written to {args.out}\n"
             + money_line(m) + "\n"
             + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
-                        for g in result.plan.groups))
+                        for g in result.plan.groups)
+            + ("" if result.convergence is None else "\n" + result.convergence.line()))
     emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out},
          text)
     return 0

@@ -17,6 +17,7 @@ from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
 from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance
+from hetrl.search.convergence import Convergence, convergence
 from hetrl.search.objective import CONSTRAINT_PENALTY, TIME, Objective
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -47,8 +48,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The best plan found, its estimate, and the convergence history: (elapsed seconds,
-    evaluations, best iteration seconds so far) points."""
+    """The best plan found, its estimate, the convergence history: (elapsed seconds,
+    evaluations, best iteration seconds so far) points, and whether the search converged
+    (:mod:`hetrl.search.convergence`)."""
 
     scheduler: str
     plan: Plan
@@ -57,6 +59,11 @@ class SearchResult:
     elapsed_s: float
     history: tuple[tuple[float, int, float], ...]
     extra: dict[str, Any] = field(default_factory=dict)
+    convergence: Convergence | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.convergence is not None and self.convergence.converged
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +75,7 @@ class SearchResult:
             "evaluations": self.evaluations,
             "elapsed_s": self.elapsed_s,
             "history": [list(h) for h in self.history],
+            **(self.convergence.to_dict() if self.convergence is not None else {}),
             **self.extra,
         }
 
@@ -91,6 +99,9 @@ class Evaluator:
         self._partial = 0.0
         self.best: tuple[float, Plan, Estimate] | None = None
         self.history: list[tuple[float, int, float]] = []
+        #: (elapsed seconds, evaluations, fitness) whenever the best improved
+        self.improvements: list[tuple[float, int, float]] = []
+        self._given = budget  # a scheduler may narrow ``budget`` (the ILP's final estimate)
         self._bar = None
         if budget.progress:
             from tqdm import tqdm
@@ -147,22 +158,30 @@ class Evaluator:
         f = self.fitness(est, plan)
         if self.best is None or f < self.best[0]:
             self.best = (f, plan, est)
-            self.history.append((self.elapsed(), self.evaluations, est.iteration_s if est.feasible
-                                 else float("inf")))
+            self._improved(f, est)
             if self._bar is not None:
                 self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible else "infeasible")
         if self._bar is not None:
             self._bar.update(1)
         return f
 
+    def _improved(self, f: float, est: Estimate) -> None:
+        at = self.elapsed()
+        self.history.append((at, self.evaluations, est.iteration_s if est.feasible
+                             else float("inf")))
+        self.improvements.append((at, self.evaluations, f))
+
+    def convergence(self) -> Convergence:
+        b = self._given
+        return convergence(self.improvements, self.evaluations, self.elapsed(), b.evaluations,
+                           b.seconds)
+
     def absorb(self, best: tuple[float, Plan, Estimate] | None, evaluations: int) -> None:
         """Count ``evaluations`` made elsewhere (a worker) and keep their best plan."""
         self.evaluations += evaluations
         if best is not None and (self.best is None or best[0] < self.best[0]):
             self.best = best
-            est = best[2]
-            self.history.append((self.elapsed(), self.evaluations,
-                                 est.iteration_s if est.feasible else float("inf")))
+            self._improved(best[0], best[2])
 
     def result(self, name: str, extra: dict[str, Any] | None = None) -> SearchResult:
         if self._bar is not None:
@@ -191,7 +210,8 @@ class Evaluator:
         extra = dict(extra or {})
         if not obj.is_plain_time:
             extra.update(obj.to_dict())
-        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra)
+        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra,
+                            self.convergence())
 
 
 class Scheduler(ABC):
