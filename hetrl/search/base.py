@@ -6,6 +6,7 @@ evaluation budget (and no time limit) the search is deterministic: same seed, sa
 
 from __future__ import annotations
 
+import copy
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
@@ -165,6 +166,12 @@ class Evaluator:
             self._bar.update(1)
         return f
 
+    def adopt(self, best: tuple[float, Plan, Estimate]) -> None:
+        """Make ``best`` (fitness, plan, estimate) the best, found elsewhere (another
+        objective's search): it counts as an improvement now."""
+        self.best = best
+        self._improved(best[0], best[2])
+
     def _improved(self, f: float, est: Estimate) -> None:
         at = self.elapsed()
         self.history.append((at, self.evaluations, est.iteration_s if est.feasible
@@ -243,19 +250,69 @@ class Scheduler(ABC):
                         else parse_options(self.Options, self.name, options))
 
     def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
-        from hetrl.search.collector import full_collections_held
+        """Search with :attr:`objective`; with an evaluation budget alone, a scheduler that takes
+        objectives also runs the plain time and cost searches of the same budget and seed
+        (:meth:`companions`) and returns the best of the plans all of them returned, ranked by
+        :attr:`objective` -- so that the objectives agree with themselves (docs/search.md,
+        "Objectives that agree")."""
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         self.objective.check(cluster)
-        ev = Evaluator(workload, cluster, budget, self.params, objective=self.objective)
+        ev, extra = self._search(self, workload, cluster, budget)
+        compared: dict[str, Any] = {}
+        for objective in self.companions(cluster, budget):
+            other = copy.copy(self)
+            other.objective = objective
+            try:
+                oev, _ = self._search(other, workload, cluster, budget)
+            except HetrlError:
+                continue  # (a companion that finds nothing adds nothing)
+            if oev.best is None or not oev.best[2].feasible:
+                continue
+            _, plan, est = oev.best
+            f = ev.fitness(est, plan)
+            compared[objective.kind] = {"evaluations": oev.evaluations,
+                                        "iteration_s": est.iteration_s,
+                                        "fitness": f}
+            if ev.best is None or f < ev.best[0]:  # ties: the search's own plan
+                ev.adopt((f, plan, est))
+                extra["found_by"] = f"{objective.kind} objective's search"
+        if compared:
+            extra["objectives_compared"] = compared
+        return ev.result(self.name, extra)
+
+    def companions(self, cluster: ClusterSpec, budget: Budget) -> list[Objective]:
+        """The plain searches whose plans :meth:`search` compares with its own: time, and cost
+        where every GPU type has a price, but the search's own objective; none for schedulers
+        without objectives or with a time budget (the guarantee is for deterministic budgets,
+        and a time budget would be overrun)."""
+        if not self.objectives or budget.seconds is not None:
+            return []
+        from hetrl.cost.money import hourly_gpu_dollars
+
+        used_only = self.objective.charge_used_only
+        out = [Objective("time", charge_used_only=used_only)]
+        if not hourly_gpu_dollars(cluster)[1]:
+            out.append(Objective("cost", charge_used_only=used_only))
+        return [o for o in out if o != self.objective
+                and not (o.is_plain_time and self.objective.is_plain_time)]
+
+    @staticmethod
+    def _search(scheduler: Scheduler, workload: WorkloadSpec, cluster: ClusterSpec,
+                budget: Budget) -> tuple[Evaluator, dict[str, Any]]:
+        """Run ``scheduler`` until ``budget`` is spent: its evaluator and what it reports."""
+        from hetrl.search.collector import full_collections_held
+
+        ev = Evaluator(workload, cluster, budget, scheduler.params,
+                       objective=scheduler.objective)
         extra: dict[str, Any] = {}
         with full_collections_held():  # a search's memos make full collections costly
             try:
-                extra = self.run(ev) or {}
+                extra = scheduler.run(ev) or {}
             except BudgetExhausted:
                 pass
-        return ev.result(self.name, extra)
+        return ev, extra
 
     @abstractmethod
     def run(self, ev: Evaluator) -> dict[str, Any] | None:
