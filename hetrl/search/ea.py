@@ -423,8 +423,8 @@ class Arm:
         with the relay gene, first the relay flipped; then each task (of ``tasks``, default
         all) in turn keeps its best layout given the others',
         for at most ``sweeps`` sweeps (stopping early once one improves nothing) and ``cap``
-        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (about 90 for
-        Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the warm start
+        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (far fewer
+        than a polish pass). Used by the warm start
         on the baselines' structures, as StreamRL tunes its pools' layouts. Returns (fitness,
         genotype, whether the last sweep improved); the result joins the population."""
         state = [start[0], start[1]]
@@ -482,8 +482,7 @@ class Arm:
         layout at once (as verl gives the actor and the reference one layout, and the critic's
         tasks another). Tasks co-located on a group share its memory, so the layout that pays
         for one often pays only when all move together, which one-task moves cannot cross
-        (paper48-a100-l40s, PPO sync, 96 prompts: one-task sweeps stopped at 26.25 s on verl's
-        own two pools, where verl's one layout for all five tasks gives 22.91 s)."""
+        (measured: docs/search-history.md, "Numbers moved from the docstrings")."""
         kinds = {t.name: t.kind for t in self.model.workload.tasks}
         out = []
         for group in self.groups:

@@ -408,9 +408,8 @@ class _SHABase(Scheduler):
     def _tune_starts(self, ev: Evaluator, arms: list[Arm], budget: int) -> None:
         """Successive halving over the priced warm starts. A start's price ranks it only
         roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
-        best tensor-parallel width depends on the KV room; on paper64-single-region, GRPO async,
-        96 prompts, StreamRL's structure priced 32.56 s, 17th, and tuned to 15.64 s, the
-        best). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
+        best tensor-parallel width depends on the KV room; docs/search-history.md, "Numbers
+        moved from the docstrings"). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
         (:meth:`Arm.tune` over one task); then the better half of them gets a sweep over every
         task, the better half of those still improving another, and so on while ``budget``
         lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
