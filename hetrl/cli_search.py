@@ -112,7 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           args.charge_used_only)
     params = load_params(args.params, cluster)
     scheduler = get_scheduler(args.scheduler, params, objective, **options)
-    result = scheduler.search(workload, cluster, budget)
+    result = scheduler.search(workload, cluster, budget, compare_objectives=True)
     save_plan(stamped(result.plan, args, workload, cluster), args.out, "--out")
     est = result.estimate
     m = money(CostModel(workload, cluster, params), result.plan, est.iteration_s,

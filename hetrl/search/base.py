@@ -249,19 +249,22 @@ class Scheduler(ABC):
         self.options = (options if self.Options is None
                         else parse_options(self.Options, self.name, options))
 
-    def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
-        """Search with :attr:`objective`; with an evaluation budget alone, a scheduler that takes
-        objectives also runs the plain time and cost searches of the same budget and seed
-        (:meth:`companions`) and returns the best of the plans all of them returned, ranked by
-        :attr:`objective` -- so that the objectives agree with themselves (docs/search.md,
-        "Objectives that agree")."""
+    def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget, *,
+               compare_objectives: bool = False) -> SearchResult:
+        """Search with :attr:`objective`. With ``compare_objectives`` (``hetrl plan`` asks for
+        it) and an evaluation budget alone, a scheduler that takes objectives also runs the
+        plain time and cost searches of the same budget and seed (:meth:`companions`) and
+        returns the best of the plans all of them returned, ranked by :attr:`objective` -- so
+        that the objectives agree with themselves (docs/search.md, "Objectives that agree"), at
+        up to three times the evaluations (reported). Off by default: comparisons of schedulers
+        (the figures) give every scheduler the same budget."""
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         self.objective.check(cluster)
         ev, extra = self._search(self, workload, cluster, budget)
         compared: dict[str, Any] = {}
-        for objective in self.companions(cluster, budget):
+        for objective in self.companions(cluster, budget) if compare_objectives else ():
             other = copy.copy(self)
             other.objective = objective
             try:

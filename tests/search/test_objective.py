@@ -62,7 +62,7 @@ def test_objectives_agree_with_themselves(seed, used_only, small_workload, small
 
     def search(kind, cap=None, deadline=None):
         r = get_scheduler("hetrl", objective=Objective(kind, cap, deadline, used_only)).search(
-            wl, cl, budget)
+            wl, cl, budget, compare_objectives=True)
         return r, r.estimate.iteration_s, dollars(wl, cl, r, used_only)
 
     t, t_s, t_m = search("time")
@@ -131,3 +131,11 @@ def test_cli_plan_objective(tmp_path, capsys):
     assert_user_error(code, err, "--max-dollars-per-hour 1: infeasible", command="plan")
     code, _, err = run(capsys, *base, "--deadline-s", "-3")
     assert_user_error(code, err, "--deadline-s", command="plan")
+
+
+def test_schedulers_compared_alone_keep_their_budget(small_workload, small_cluster):
+    """Without compare_objectives (the figures' comparisons of schedulers) no other objective's
+    search runs: the budget is the scheduler's alone."""
+    r = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                      Budget(evaluations=150, seed=0))
+    assert "objectives_compared" not in r.extra and r.evaluations <= 150
