@@ -78,6 +78,16 @@ def _check_flags(name: str, options: dict) -> None:
             raise OptionError(flag, name, f"{why}; schedulers that take {flag}: {', '.join(takes)}")
 
 
+def _compared(extra: dict) -> str:
+    """The other objectives' searches a plan was compared with, in words ("" for none)."""
+    compared = extra.get("objectives_compared") or {}
+    found = extra.get("found_by")
+    parts = [f"{v['evaluations']} more by the {k} objective's search"
+             + (", whose plan it is" if found and found.startswith(k) else "")
+             for k, v in compared.items()]
+    return f" (and {' and '.join(parts)}, compared)" if parts else ""
+
+
 @command("plan", "search an execution plan with a scheduler", _plan_args)
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
@@ -102,17 +112,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           args.charge_used_only)
     params = load_params(args.params, cluster)
     scheduler = get_scheduler(args.scheduler, params, objective, **options)
-    result = scheduler.search(workload, cluster, budget)
+    result = scheduler.search(workload, cluster, budget, compare_objectives=True)
     save_plan(stamped(result.plan, args, workload, cluster), args.out, "--out")
     est = result.estimate
     m = money(CostModel(workload, cluster, params), result.plan, est.iteration_s,
               args.charge_used_only)
     text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
             f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "
-            f"evaluations in {result.elapsed_s:.1f} s; plan written to {args.out}\n"
+            f"evaluations{_compared(result.extra)} in {result.elapsed_s:.1f} s; plan written to "
+            f"{args.out}\n"
             + money_line(m) + "\n"
             + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
-                        for g in result.plan.groups))
+                        for g in result.plan.groups)
+            + ("" if result.convergence is None else "\n" + result.convergence.line()))
     emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out},
          text)
     return 0

@@ -6,6 +6,7 @@ evaluation budget (and no time limit) the search is deterministic: same seed, sa
 
 from __future__ import annotations
 
+import copy
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
 from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance
+from hetrl.search.convergence import Convergence, convergence
 from hetrl.search.objective import CONSTRAINT_PENALTY, TIME, Objective
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -47,8 +49,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The best plan found, its estimate, and the convergence history: (elapsed seconds,
-    evaluations, best iteration seconds so far) points."""
+    """The best plan found, its estimate, the convergence history: (elapsed seconds,
+    evaluations, best iteration seconds so far) points, and whether the search converged
+    (:mod:`hetrl.search.convergence`)."""
 
     scheduler: str
     plan: Plan
@@ -57,6 +60,11 @@ class SearchResult:
     elapsed_s: float
     history: tuple[tuple[float, int, float], ...]
     extra: dict[str, Any] = field(default_factory=dict)
+    convergence: Convergence | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.convergence is not None and self.convergence.converged
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +76,7 @@ class SearchResult:
             "evaluations": self.evaluations,
             "elapsed_s": self.elapsed_s,
             "history": [list(h) for h in self.history],
+            **(self.convergence.to_dict() if self.convergence is not None else {}),
             **self.extra,
         }
 
@@ -91,6 +100,9 @@ class Evaluator:
         self._partial = 0.0
         self.best: tuple[float, Plan, Estimate] | None = None
         self.history: list[tuple[float, int, float]] = []
+        #: (elapsed seconds, evaluations, fitness) whenever the best improved
+        self.improvements: list[tuple[float, int, float]] = []
+        self._given = budget  # a scheduler may narrow ``budget`` (the ILP's final estimate)
         self._bar = None
         if budget.progress:
             from tqdm import tqdm
@@ -147,22 +159,36 @@ class Evaluator:
         f = self.fitness(est, plan)
         if self.best is None or f < self.best[0]:
             self.best = (f, plan, est)
-            self.history.append((self.elapsed(), self.evaluations, est.iteration_s if est.feasible
-                                 else float("inf")))
+            self._improved(f, est)
             if self._bar is not None:
                 self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible else "infeasible")
         if self._bar is not None:
             self._bar.update(1)
         return f
 
+    def adopt(self, best: tuple[float, Plan, Estimate]) -> None:
+        """Make ``best`` (fitness, plan, estimate) the best, found elsewhere (another
+        objective's search): it counts as an improvement now."""
+        self.best = best
+        self._improved(best[0], best[2])
+
+    def _improved(self, f: float, est: Estimate) -> None:
+        at = self.elapsed()
+        self.history.append((at, self.evaluations, est.iteration_s if est.feasible
+                             else float("inf")))
+        self.improvements.append((at, self.evaluations, f))
+
+    def convergence(self) -> Convergence:
+        b = self._given
+        return convergence(self.improvements, self.evaluations, self.elapsed(), b.evaluations,
+                           b.seconds)
+
     def absorb(self, best: tuple[float, Plan, Estimate] | None, evaluations: int) -> None:
         """Count ``evaluations`` made elsewhere (a worker) and keep their best plan."""
         self.evaluations += evaluations
         if best is not None and (self.best is None or best[0] < self.best[0]):
             self.best = best
-            est = best[2]
-            self.history.append((self.elapsed(), self.evaluations,
-                                 est.iteration_s if est.feasible else float("inf")))
+            self._improved(best[0], best[2])
 
     def result(self, name: str, extra: dict[str, Any] | None = None) -> SearchResult:
         if self._bar is not None:
@@ -191,7 +217,8 @@ class Evaluator:
         extra = dict(extra or {})
         if not obj.is_plain_time:
             extra.update(obj.to_dict())
-        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra)
+        return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra,
+                            self.convergence())
 
 
 class Scheduler(ABC):
@@ -222,20 +249,73 @@ class Scheduler(ABC):
         self.options = (options if self.Options is None
                         else parse_options(self.Options, self.name, options))
 
-    def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget) -> SearchResult:
-        from hetrl.search.collector import full_collections_held
+    def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget, *,
+               compare_objectives: bool = False) -> SearchResult:
+        """Search with :attr:`objective`. With ``compare_objectives`` (``hetrl plan`` asks for
+        it) and an evaluation budget alone, a scheduler that takes objectives also runs the
+        plain time and cost searches of the same budget and seed (:meth:`companions`) and
+        returns the best of the plans all of them returned, ranked by :attr:`objective` -- so
+        that the objectives agree with themselves (docs/search.md, "Objectives that agree"), at
+        up to three times the evaluations (reported). Off by default: comparisons of schedulers
+        (the figures) give every scheduler the same budget."""
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         self.objective.check(cluster)
-        ev = Evaluator(workload, cluster, budget, self.params, objective=self.objective)
+        ev, extra = self._search(self, workload, cluster, budget)
+        compared: dict[str, Any] = {}
+        for objective in self.companions(cluster, budget) if compare_objectives else ():
+            other = copy.copy(self)
+            other.objective = objective
+            try:
+                oev, _ = self._search(other, workload, cluster, budget)
+            except HetrlError:
+                continue  # (a companion that finds nothing adds nothing)
+            if oev.best is None or not oev.best[2].feasible:
+                continue
+            _, plan, est = oev.best
+            f = ev.fitness(est, plan)
+            compared[objective.kind] = {"evaluations": oev.evaluations,
+                                        "iteration_s": est.iteration_s,
+                                        "fitness": f}
+            if ev.best is None or f < ev.best[0]:  # ties: the search's own plan
+                ev.adopt((f, plan, est))
+                extra["found_by"] = f"{objective.kind} objective's search"
+        if compared:
+            extra["objectives_compared"] = compared
+        return ev.result(self.name, extra)
+
+    def companions(self, cluster: ClusterSpec, budget: Budget) -> list[Objective]:
+        """The plain searches whose plans :meth:`search` compares with its own: time, and cost
+        where every GPU type has a price, but the search's own objective; none for schedulers
+        without objectives or with a time budget (the guarantee is for deterministic budgets,
+        and a time budget would be overrun)."""
+        if not self.objectives or budget.seconds is not None:
+            return []
+        from hetrl.cost.money import hourly_gpu_dollars
+
+        used_only = self.objective.charge_used_only
+        out = [Objective("time", charge_used_only=used_only)]
+        if not hourly_gpu_dollars(cluster)[1]:
+            out.append(Objective("cost", charge_used_only=used_only))
+        return [o for o in out if o != self.objective
+                and not (o.is_plain_time and self.objective.is_plain_time)]
+
+    @staticmethod
+    def _search(scheduler: Scheduler, workload: WorkloadSpec, cluster: ClusterSpec,
+                budget: Budget) -> tuple[Evaluator, dict[str, Any]]:
+        """Run ``scheduler`` until ``budget`` is spent: its evaluator and what it reports."""
+        from hetrl.search.collector import full_collections_held
+
+        ev = Evaluator(workload, cluster, budget, scheduler.params,
+                       objective=scheduler.objective)
         extra: dict[str, Any] = {}
         with full_collections_held():  # a search's memos make full collections costly
             try:
-                extra = self.run(ev) or {}
+                extra = scheduler.run(ev) or {}
             except BudgetExhausted:
                 pass
-        return ev.result(self.name, extra)
+        return ev, extra
 
     @abstractmethod
     def run(self, ev: Evaluator) -> dict[str, Any] | None:

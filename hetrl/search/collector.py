@@ -1,15 +1,12 @@
 """Python's full garbage collections, held back while a search runs.
 
 A search fills the cost model's memos with millions of long-lived, acyclic objects (placements,
-tuples, arrays) and makes almost no reference cycles: after 25,000 evaluations of HetRL on
-paper64 with the collector off, ``gc.collect()`` found 844 cyclic objects among 1.4 million
-tracked ones (3.5 million for HetRL (simple)). Reference counting frees everything acyclic
-either way. But each full collection rescans every tracked object, and the collector runs one
-whenever the long-lived objects have grown by a quarter: timed with ``gc.callbacks``, the
-collections took 15% of that search's time (5.7 s in 16 full collections, 1.3 s in young ones,
-of 45.6 s) and 18% of HetRL (simple)'s. Young collections go on (they are cheap and free the
-few cycles a search makes while they are young); only the full ones wait until the search
-ends. Measurements and commands: docs/search-history.md, "Garbage collection".
+tuples, arrays) and makes almost no reference cycles. Reference counting frees everything
+acyclic either way, but each full collection rescans every tracked object, and the collector
+runs one whenever the long-lived objects have grown by a quarter: a sizeable share of a search's
+time. Young collections go on (they are cheap and free the few cycles a search makes while they
+are young); only the full ones wait until the search ends. Measurements and commands:
+docs/search-history.md, "Garbage collection" and "Numbers moved from the docstrings".
 """
 
 from __future__ import annotations

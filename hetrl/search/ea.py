@@ -34,7 +34,7 @@ from hetrl.cost.model import CostModel
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
 from hetrl.search.options import SHAOptions
-from hetrl.search.polish import Polisher
+from hetrl.search.polish import Polisher, PolishSpace
 from hetrl.search.space import Layout, placement_fields
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
@@ -174,28 +174,6 @@ class Arm:
         #: only where a region holds no training, i.e. on clusters of two or more regions
         self.p_relay = o.p_relay
         self.relay_gene = o.p_relay > 0 and len(model.cluster.regions) > 1
-        #: the polish's pair splits: from how many of the best split shapes, and how many
-        #: greedy sweeps over the other tasks' options from each
-        self.split_starts, self.split_sweeps = o.split_starts, o.split_sweeps
-        #: whether a polish pass starts from the best genotype with each group's GPUs in blocks
-        #: of one type (see :meth:`type_blocked`)
-        self.type_blocks = o.type_blocks
-        #: at most this many turns of a split: each task of the pair (triple) in turn takes its
-        #: best layout on its window given the others', until a fixed point (at least 2 (3))
-        self.split_turns = o.split_turns
-        #: whether a pass also splits independent triples of a group's tasks over three
-        #: windows (PPO's reward, reference and critic inference), after the pairs or in place
-        #: of the pairs inside them (see :meth:`_splits`)
-        self.split_triples = o.split_triples
-        #: whether only the better half of a split's (shape, offset) candidates still turning
-        #: goes on after each turn (see :meth:`_split`)
-        self.split_halving = o.split_halving
-        #: whether a pair split with a training task starts from its base with every other
-        #: task of the group in its least-memory option (see :meth:`light_base`)
-        self.split_light = o.split_light
-        #: whether the sweeps after a split start from the best split of each mix (window
-        #: sizes and GPU types per task, see :meth:`_mix`) rather than of each shape
-        self.split_mixes = o.split_mixes
         #: device orders of the first individuals (warm starts, see hetrl/search/warm.py),
         #: each task on its rule-of-thumb layout (:meth:`seeded_genotype`)
         self.starts: list[tuple[int, ...]] = []
@@ -207,9 +185,6 @@ class Arm:
         self.evaluations = 0
         #: the arm's evaluation count when its best last improved (see :meth:`stalled`)
         self.improved_at = 0
-        #: iterated local search: once a pass has converged, the next one starts from the best
-        #: genotype after this many random moves (:meth:`mutate`); 0: no further passes
-        self.kick_moves = o.kick_moves
         wl = model.workload
         self._training = {t.name for t in wl.tasks if t.kind == "training"}
         self.training_groups = [i for i, g in enumerate(groups) if self._training & set(g)]
@@ -234,8 +209,11 @@ class Arm:
                 by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
         self._needs: dict[tuple[str, Layout], float] = {}
         self._improved: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
-        #: the polish of this arm (hetrl/search/polish.py)
-        self.polisher = Polisher(self)
+        #: the polish of this arm (hetrl/search/polish.py); None without the polish
+        self.polisher = None if o.polish is None else Polisher(self, PolishSpace(
+            wl, groups, self.group_of, self.group_size, self.layout_options, self.sub_options,
+            self.sub_by_used, facts, self.node_size, frozenset(self._training), self.relay_gene,
+            self._need, self._room), o.polish)
 
     def aligned(self, used: int, n: int) -> bool:
         """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
@@ -445,8 +423,8 @@ class Arm:
         with the relay gene, first the relay flipped; then each task (of ``tasks``, default
         all) in turn keeps its best layout given the others',
         for at most ``sweeps`` sweeps (stopping early once one improves nothing) and ``cap``
-        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (about 90 for
-        Qwen3-8B PPO on 64 GPUs, where a polish pass costs thousands). Used by the warm start
+        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (far fewer
+        than a polish pass). Used by the warm start
         on the baselines' structures, as StreamRL tunes its pools' layouts. Returns (fitness,
         genotype, whether the last sweep improved); the result joins the population."""
         state = [start[0], start[1]]
@@ -485,7 +463,7 @@ class Arm:
                 if not improved or self.evaluations >= stop:
                     break
         finally:
-            self._adopt(state)
+            self.adopt(state)
         return state[0], state[1], improved
 
     def sweep_cost(self, tasks: tuple[str, ...] | None = None) -> int:
@@ -504,8 +482,7 @@ class Arm:
         layout at once (as verl gives the actor and the reference one layout, and the critic's
         tasks another). Tasks co-located on a group share its memory, so the layout that pays
         for one often pays only when all move together, which one-task moves cannot cross
-        (paper48-a100-l40s, PPO sync, 96 prompts: one-task sweeps stopped at 26.25 s on verl's
-        own two pools, where verl's one layout for all five tasks gives 22.91 s)."""
+        (measured: docs/search-history.md, "Numbers moved from the docstrings")."""
         kinds = {t.name: t.kind for t in self.model.workload.tasks}
         out = []
         for group in self.groups:
@@ -565,7 +542,7 @@ class Arm:
     def polish_done_once(self) -> bool:
         return self.polisher.done_once
 
-    def _adopt(self, state: list) -> None:
+    def adopt(self, state: list) -> None:
         """Put the polish's best genotype into the population in place of the worst."""
         best_f, best = state
         worst = max(range(len(self.population)), key=lambda k: self.population[k][0])

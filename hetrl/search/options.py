@@ -21,6 +21,8 @@ from hetrl.plan import Plan
 def parse_options(cls: type, scheduler: str, given: dict[str, Any]) -> Any:
     """``cls(**given)`` after checking that every key is one of its fields and every value has
     the field's type (booleans are not integers; integers are accepted where a float is)."""
+    if hasattr(cls, "from_flat"):  # nested options given as flat keywords
+        return cls.from_flat(scheduler, **given)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     for key, value in given.items():
@@ -107,20 +109,26 @@ class VerlOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SHAOptions:
-    """``hetrl`` and ``hetrl-simple``: SHA-EA's options (docs/search.md says what each does and
-    docs/search-history.md why each default is what it is)."""
+class WarmStartOptions:
+    """SHA-EA's warm start (our addition): the plans of the cheap heuristics the space contains
+    (all co-located, only the fastest GPU type, only the best-connected region, verl's,
+    verl-async's and StreamRL's pool structures), tuned and kept as a floor."""
 
-    # --- our additions around the paper's halving ---
-    #: start from the plans of the cheap heuristics the space contains (all co-located, only
-    #: the fastest GPU type, only the best-connected region, verl's, verl-async's and
-    #: StreamRL's pool structures), tuned and kept as a floor; False is the ablation
-    warm_start: bool = True
     #: share of the evaluation budget the warm start may use (pricing its starts, tuning)
     warm_fraction: float = 0.25
     #: at most this many of the best-priced warm starts are tuned (coordinate descent over
     #: layouts, successive halving over them; fewer where the budget affords fewer sweeps)
     warm_tuned: int = 8
+
+    def __post_init__(self) -> None:
+        _fraction("hetrl option warm_fraction", self.warm_fraction)
+        _at_least("warm_tuned", self.warm_tuned, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HalvingOptions:
+    """SHA-EA's nested successive halving (levels 1-2) and its final phase."""
+
     #: price every task grouping's structured first individual before any EA step, and let
     #: the best-priced groupings (not a random subset) enter the halving when the budget
     #: cannot afford them all
@@ -138,6 +146,75 @@ class SHAOptions:
     colocated_finalist: bool = True
     #: after each turn of the final round robin, drop the worse half of the finalists
     final_halving: bool = True
+
+    def __post_init__(self) -> None:
+        _fraction("hetrl option screening_fraction", self.screening_fraction)
+        _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
+        if self.gpu_groupings is not None:
+            _at_least("gpu_groupings", self.gpu_groupings, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolishOptions:
+    """SHA-EA's polish of the finalists (coordinate descent on levels 4-5, our addition;
+    hetrl/search/polish.py, docs/search.md)."""
+
+    #: a polish pass begins with one sweep over each task's full-group layouts (cheap), so a
+    #: pass cut short by a small budget has tuned every task before the costly splits
+    quick_sweep: bool = True
+    #: the polish's pair splits: from how many of the best split mixes one sweep starts
+    split_starts: int = 2
+    #: greedy sweeps over the other tasks' options from each split start
+    split_sweeps: int = 1
+    #: a pass starts from each group's GPUs in blocks of one type
+    type_blocks: bool = True
+    #: at most this many turns of a split: each task of the pair (triple) in turn takes its
+    #: best layout on its window given the others', until a fixed point (at least 2 (3))
+    split_turns: int = 6
+    #: iterated local search: a converged pass restarts from the best after this many moves
+    #: (0: no further passes)
+    kick_moves: int = 3
+    #: also split independent triples of a group's tasks (PPO's reward, reference and critic
+    #: inference) over three windows
+    split_triples: bool = True
+    #: successive halving over a split's (shape, offset) candidates, turns as the resource
+    split_halving: bool = True
+    #: pair splits with a training task start from the other tasks' least-memory options
+    split_light: bool = True
+    #: sweeps start from the best split of each mix (window sizes and GPU types per task)
+    split_mixes: bool = True
+    #: hold a finalist's polish back until its EA went this many evaluations without a gain
+    stall_steps: int = 0
+    #: a polish call's cap is a third of the budget divided by this
+    polish_chunks: int = 1
+
+    def __post_init__(self) -> None:
+        for name, low in (("split_starts", 1), ("split_sweeps", 0), ("split_turns", 2),
+                          ("kick_moves", 0), ("stall_steps", 0), ("polish_chunks", 1)):
+            _at_least(name, getattr(self, name), low)
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    require(value >= low, f"hetrl option {name}", value, f"must be >= {low}")
+
+
+#: the nested options' flat keywords (``get_scheduler("hetrl", stall_steps=3)``), by group
+_GROUPS = {"warm_start": WarmStartOptions, "halving": HalvingOptions, "polish": PolishOptions}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SHAOptions:
+    """``hetrl`` and ``hetrl-simple``: SHA-EA's options (docs/search.md says what each does and
+    docs/search-history.md why each default is what it is). The warm start, the halving and the
+    polish have their own options; ``warm_start=None`` and ``polish=None`` are the ablations.
+    :meth:`from_flat` takes every option as one keyword (what ``get_scheduler`` passes)."""
+
+    #: our additions around the paper's halving (None: no warm start, the ablation)
+    warm_start: WarmStartOptions | None = WarmStartOptions()
+    #: the paper's nested successive halving and our final phase
+    halving: HalvingOptions = HalvingOptions()
+    #: polish the finalists (None: no polish)
+    polish: PolishOptions | None = PolishOptions()
 
     # --- the evolutionary algorithm (levels 3-5) ---
     #: individuals per arm
@@ -157,45 +234,69 @@ class SHAOptions:
     #: search never tries the relay
     p_relay: float = 0.05
 
-    # --- the polish (coordinate descent on levels 4-5) ---
-    #: polish the finalists (coordinate descent; see docs/search.md)
-    polish: bool = True
-    #: a polish pass begins with one sweep over each task's full-group layouts (cheap), so a
-    #: pass cut short by a small budget has tuned every task before the costly splits
-    quick_sweep: bool = True
-    #: the polish's pair splits: from how many of the best split mixes one sweep starts
-    split_starts: int = 2
-    #: greedy sweeps over the other tasks' options from each split start
-    split_sweeps: int = 1
-    #: a pass starts from each group's GPUs in blocks of one type
-    type_blocks: bool = True
-    #: at most this many turns of a split
-    split_turns: int = 6
-    #: iterated local search: a converged pass restarts from the best after this many moves
-    kick_moves: int = 3
-    #: also split independent triples of a group's tasks
-    split_triples: bool = True
-    #: successive halving over a split's (shape, offset) candidates, turns as the resource
-    split_halving: bool = True
-    #: pair splits with a training task start from the other tasks' least-memory options
-    split_light: bool = True
-    #: sweeps start from the best split of each mix (window sizes and GPU types per task)
-    split_mixes: bool = True
-    #: hold a finalist's polish back until its EA went this many evaluations without a gain
-    stall_steps: int = 0
-    #: a polish call's cap is a third of the budget divided by this
-    polish_chunks: int = 1
-
     def __post_init__(self) -> None:
-        for name in ("warm_fraction", "screening_fraction", "p_upgrade", "p_sub", "p_relay"):
+        for name in ("p_upgrade", "p_sub", "p_relay"):
             _fraction(f"hetrl option {name}", getattr(self, name))
-        _fraction("hetrl option exploit_fraction", self.exploit_fraction, 0.95)
-        for name, low in (("population", 2), ("warm_tuned", 0), ("split_starts", 1),
-                          ("split_sweeps", 0),
-                          ("split_turns", 2), ("kick_moves", 0), ("stall_steps", 0),
-                          ("polish_chunks", 1)):
+        _at_least("population", self.population, 2)
+        for name, cls in _GROUPS.items():
             value = getattr(self, name)
-            require(value >= low, f"hetrl option {name}", value, f"must be >= {low}")
-        if self.gpu_groupings is not None:
-            require(self.gpu_groupings >= 1, "hetrl option gpu_groupings", self.gpu_groupings,
-                    "must be >= 1")
+            require(isinstance(value, cls) or (value is None and name != "halving"),
+                    f"hetrl option {name}", value,
+                    f"must be {cls.__name__}" + (" or None" if name != "halving" else ""))
+
+    @classmethod
+    def from_flat(cls, scheduler: str = "hetrl", **given: Any) -> SHAOptions:
+        """The options from flat keywords: every field of the nested options by its own name,
+        and ``warm_start`` and ``polish`` as booleans (or the nested options). Refuses, naming
+        both, an option that does nothing with another given: a polish or warm-start option
+        with ``polish=False`` / ``warm_start=False``, ``screening_fraction`` with
+        ``screening=False``, ``p_sub`` with ``sub_layouts=False``."""
+        top = {f.name: f for f in dataclasses.fields(cls)}
+        owner = {f.name: group for group, sub in _GROUPS.items()
+                 for f in dataclasses.fields(sub)}
+        known = ", ".join(sorted(set(top) | set(owner)))
+        nested: dict[str, dict[str, Any]] = {group: {} for group in _GROUPS}
+        flat: dict[str, Any] = {}
+        for key, value in given.items():
+            if key in owner:
+                _check_type(f"{scheduler} option {key}", value,
+                            typing.get_type_hints(_GROUPS[owner[key]])[key])
+                nested[owner[key]][key] = value
+            elif key in _GROUPS:
+                if isinstance(value, bool) and key != "halving":
+                    flat[key] = value
+                else:
+                    require(isinstance(value, _GROUPS[key]) or (value is None and key != "halving"),
+                            f"{scheduler} option {key}", value,
+                            "must be bool" if key != "halving" else "must be HalvingOptions")
+                    flat[key] = value
+            elif key in top:
+                _check_type(f"{scheduler} option {key}", value, typing.get_type_hints(cls)[key])
+                flat[key] = value
+            else:
+                raise SpecError(f"{scheduler} option", key, f"unknown; known: {known}")
+        _no_effect(scheduler, given, "polish", False, nested["polish"])
+        _no_effect(scheduler, given, "warm_start", False, nested["warm_start"])
+        _no_effect(scheduler, given, "screening", False,
+                   {k: v for k, v in nested["halving"].items() if k == "screening_fraction"})
+        _no_effect(scheduler, given, "sub_layouts", False,
+                   {k: v for k, v in given.items() if k == "p_sub"})
+        for group in _GROUPS:
+            value = flat.get(group, True)
+            if value is True:
+                value = getattr(cls, group)  # the default options
+            elif value is False:
+                value = None
+            if nested[group]:  # (value is not None: _no_effect refused that)
+                value = dataclasses.replace(value, **nested[group])
+            flat[group] = value
+        return cls(**flat)
+
+
+def _no_effect(scheduler: str, given: dict[str, Any], switch: str, off: Any,
+               options: dict[str, Any]) -> None:
+    """Refuse ``options`` given with ``switch`` set to ``off`` (they would do nothing)."""
+    if options and switch in given and given[switch] in (off, None):
+        name = next(iter(options))
+        raise SpecError(f"{scheduler} option {name}", options[name],
+                        f"does nothing with {switch}={given[switch]!r}")

@@ -8,8 +8,10 @@ layouts. What it finds joins the arm's population as a genotype; once a pass has
 next starts from the best after a few random moves (iterated local search). docs/search.md
 says what each step does; docs/search-history.md why.
 
-A :class:`Polisher` belongs to one :class:`hetrl.search.ea.Arm` and reads the arm's options,
-facts and layouts; the pass is a generator, so a pass stopped at a cap resumes later.
+A :class:`Polisher` belongs to one arm of :mod:`hetrl.search.ea`, which it sees through two narrow
+interfaces: :class:`PolishArm` (price, move, adopt) and :class:`PolishSpace` (the arm's layouts
+and facts); it takes its own :class:`~hetrl.search.options.PolishOptions`. The pass is a
+generator, so a pass stopped at a cap resumes later.
 """
 
 from __future__ import annotations
@@ -19,14 +21,57 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
 from hetrl.search.genome import Genotype
+from hetrl.search.options import PolishOptions
 from hetrl.search.space import Layout
+from hetrl.spec.workload import WorkloadSpec
 
-if TYPE_CHECKING:
-    from hetrl.search.ea import Arm
+
+class PolishArm(Protocol):
+    """What the polish does with the arm it polishes: read its population and best, price a
+    genotype (counted against the arm), move a genotype at random, and hand back its best."""
+
+    population: list[tuple[float, Genotype]]
+    best: float
+    evaluations: int
+
+    def fitness(self, ev: Evaluator, g: Genotype) -> float: ...
+
+    def mutate(self, g: Genotype) -> Genotype: ...
+
+    def adopt(self, state: list) -> None: ...
+
+
+@dataclass(frozen=True)
+class PolishSpace:
+    """What the polish reads of an arm's search space (fixed when the arm is made)."""
+
+    workload: WorkloadSpec
+    groups: tuple[tuple[str, ...], ...]
+    #: per task: the index of its group, and its group's GPU count
+    group_of: dict[str, int]
+    group_size: dict[str, int]
+    #: per task: its full-group layouts, its part-of-group ones, and those by GPUs used
+    layout_options: dict[str, Any]
+    sub_options: dict[str, tuple[Layout, ...]]
+    sub_by_used: dict[str, dict[int, list[Layout]]]
+    #: per-device keys (:class:`hetrl.search.ea.DeviceFacts`: gpu, node, memory)
+    facts: Any
+    node_size: int
+    training: frozenset[str]
+    #: whether the search tries the weight sync's relay
+    relay_gene: bool
+    #: a task's own bytes per GPU on a layout, and the share of a GPU's memory they may take
+    need: Any
+    room: float
+
+    def aligned(self, used: int, n: int) -> bool:
+        """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
+        multiple of the node size, or half the group."""
+        return used % self.node_size == 0 or 2 * used == n
 
 
 @dataclass
@@ -57,8 +102,8 @@ def _rank(fitness: float, need: float) -> tuple[float, ...]:
 class Polisher:
     """The polish of one arm: its pass in progress and what the last pass ended with."""
 
-    def __init__(self, arm: Arm):
-        self.arm = arm
+    def __init__(self, arm: PolishArm, space: PolishSpace, options: PolishOptions):
+        self.arm, self.space, self.options = arm, space, options
         self._polish_cost: int | None = None
         #: the polish pass in progress (a generator, see :meth:`polish`), its [best fitness,
         #: best genotype], and the arm's best when the last pass finished
@@ -77,7 +122,7 @@ class Polisher:
         """Sets of ``k`` tasks of one group no two of which depend (transitively) on each other:
         they can run side by side on disjoint windows of the group. Sets with more training
         tasks first (the costliest tasks of an RL iteration), then in workflow order."""
-        wl = self.arm.model.workload
+        wl = self.space.workload
         before: dict[str, set[str]] = {}
         for info in wl.tasks:  # workflow order: dependencies come first
             deps = set(info.depends_on)
@@ -85,7 +130,7 @@ class Polisher:
                 deps |= before.get(d, set())
             before[info.name] = deps
         out = []
-        for grp in self.arm.groups:
+        for grp in self.space.groups:
             for combo in itertools.combinations(grp, k):
                 if all(a not in before[b] and b not in before[a]
                        for a, b in itertools.combinations(combo, 2)):
@@ -100,11 +145,11 @@ class Polisher:
         and sweep then cover what they would find at less cost; measured on paper64, kept on
         hetero24: docs/search-history.md, "Triple splits")."""
         pairs = self._independent_sets(2)
-        if not self.arm.split_triples:
+        if not self.options.split_triples:
             return pairs
         out, triples = list(pairs), []
         for t in self._independent_sets(3):
-            n = self.arm.group_size[t[0]]
+            n = self.space.group_size[t[0]]
             shapes = sum(1 for _ in self._split_shapes(t, n))
             if not shapes:
                 continue
@@ -120,7 +165,7 @@ class Polisher:
         runs of consecutive GPUs of a group, so only in this order can every union of whole
         types be a window (any union, on the wrap-around, with up to three types): a replica
         runs at its slowest GPU, so the splits that pay put a task on one type's GPUs."""
-        f = self.arm.facts
+        f = self.space.facts
         order, start = list(g.order), 0
         for n in g.sizes:
             part = order[start:start + n]
@@ -137,8 +182,8 @@ class Polisher:
     def _options(self, t: str, n: int) -> list[tuple[Layout, int]]:
         """(layout, offset) pairs for task ``t`` in a group of ``n`` GPUs: full-group layouts at
         offset 0, smaller ones at every offset that is a multiple of the GPUs they use."""
-        out = [(x, 0) for x in self.arm.layout_options[t]]
-        for x in self.arm.sub_options[t]:
+        out = [(x, 0) for x in self.space.layout_options[t]]
+        for x in self.space.sub_options[t]:
             out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
         return out
 
@@ -152,13 +197,13 @@ class Polisher:
         gradients and optimizer states besides its weights, so its windows are the ones other
         tasks' weights fill. Not for other pairs, nor in addition to the base's split (the
         measurements: docs/search-history.md, "Light bases for pair splits")."""
-        group = self.arm.groups[self.arm.group_of[tasks[0]]]
+        group = self.space.groups[self.space.group_of[tasks[0]]]
         for t, _ in g.layouts:
             if t in tasks or t not in group:
                 continue
             own = g.offset(t)
-            lay, off = min(self._options(t, self.arm.group_size[t]),
-                           key=lambda o: (self.arm._need(t, o[0]), o[1] != own,
+            lay, off = min(self._options(t, self.space.group_size[t]),
+                           key=lambda o: (self.space.need(t, o[0]), o[1] != own,
                                           -o[0][0] * o[0][1] * o[0][2]))
             g = g.with_layout(t, lay).with_offset(t, off)
         return g
@@ -169,8 +214,8 @@ class Polisher:
         GPUs: (order along the group, window sizes, each task's layouts on its window). Window
         sizes are aligned (a multiple of the node size, or n / 2) and sum to ``n``. A pair comes
         in both orders; for three tasks the first stays first (the offsets rotate the rest)."""
-        exact = self.arm.sub_by_used
-        sizes = sorted({m for m in range(1, n) if self.arm.aligned(m, n)})
+        exact = self.space.sub_by_used
+        sizes = sorted({m for m in range(1, n) if self.space.aligned(m, n)})
         k = len(tasks)
         orders = (list(itertools.permutations(tasks)) if k == 2
                   else [(tasks[0],) + rest for rest in itertools.permutations(tasks[1:])])
@@ -191,7 +236,7 @@ class Polisher:
         which no size-aligned offset of any order reaches."""
         if len(sizes) == 2:
             return offsets(sizes[0], n)
-        return range(0, n, math.gcd(self.arm.node_size, n))
+        return range(0, n, math.gcd(self.space.node_size, n))
 
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], n: int, base: Genotype, trial
                ) -> Iterator[None]:
@@ -222,7 +267,7 @@ class Polisher:
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
                 splits.append(_SplitRun((order, ms), opts, g))
         turning = list(range(len(splits)))
-        for turn in range(max(k, self.arm.split_turns)):
+        for turn in range(max(k, self.options.split_turns)):
             for i in turning:
                 run = splits[i]
                 t, o, g = run.shape[0][turn % k], run.options[turn % k], run.genotype
@@ -235,7 +280,7 @@ class Polisher:
                     yield
                     # ties (common: the task is off the critical path) go to the layout that
                     # needs the least memory, leaving room to the others
-                    rank = _rank(f, self.arm._need(t, x))
+                    rank = _rank(f, self.space.need(t, x))
                     if best_t is None or rank < best_t[0]:
                         best_t = (rank, f, h)
                 run.fitness, run.genotype = best_t[1], best_t[2]
@@ -243,31 +288,31 @@ class Polisher:
             # a split stops turning at a fixed point (all but one task kept their layouts in
             # a row)
             turning = [i for i in turning if not (turn >= k and splits[i].kept >= k - 1)]
-            if self.arm.split_halving and len(turning) > 1:
+            if self.options.split_halving and len(turning) > 1:
                 turning = sorted(turning, key=lambda i: (splits[i].fitness, i))[
                     : (len(turning) + 1) // 2]
             if not turning:
                 break
-        size = self.arm.group_size
+        size = self.space.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
         # a stable sort: ties keep the order the splits were made in
         for run in sorted(splits, key=lambda r: r.fitness):
-            key = self._mix(run) if self.arm.split_mixes else run.shape
+            key = self._mix(run) if self.options.split_mixes else run.shape
             if key not in seen:  # the best split of each mix (of each shape)
                 seen.add(key)
                 starts.append((run.fitness, run.genotype))
-        for f0, g in starts[: self.arm.split_starts]:
-            for t in others * self.arm.split_sweeps:  # greedily, each task keeping its best option
+        for f0, g in starts[: self.options.split_starts]:
+            for t in others * self.options.split_sweeps:  # greedily, each task keeping its best option
                 cur = (g.layout(t), g.offset(t))
-                here = (_rank(f0, self.arm._need(t, cur[0])), f0, g)
+                here = (_rank(f0, self.space.need(t, cur[0])), f0, g)
                 for lay, off in self._options(t, size[t]):
                     if (lay, off) != cur:
                         h = g.with_layout(t, lay).with_offset(t, off)
                         f = self.arm.fitness(ev, h)
                         trial(h, f)
                         yield
-                        rank = _rank(f, self.arm._need(t, lay))
+                        rank = _rank(f, self.space.need(t, lay))
                         if rank < here[0]:
                             here = (rank, f, h)
                 f0, g = here[1], here[2]
@@ -278,7 +323,7 @@ class Polisher:
         order, sizes = run.shape
         g = run.genotype
         part = self._part(g, order[0])
-        n, gpu = len(part), self.arm.facts.gpu
+        n, gpu = len(part), self.space.facts.gpu
 
         def types(t: str, m: int) -> tuple[tuple[int, int], ...]:
             start = g.offset(t)
@@ -287,7 +332,7 @@ class Polisher:
 
     def _part(self, g: Genotype, task: str) -> tuple[int, ...]:
         """The GPUs of ``task``'s group in ``g``, in order."""
-        return g.slices()[self.arm.group_of[task]]
+        return g.slices()[self.space.group_of[task]]
 
     def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
         """A layout of ``options`` for task ``t`` on the window of its group's GPUs from
@@ -297,11 +342,11 @@ class Polisher:
         cannot fit, it would pick by memory alone."""
         part = self._part(g, t)
         used = options[0][0] * options[0][1] * options[0][2]
-        room = min(self.arm.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
-            self.arm._room)
-        fitting = [x for x in options if self.arm._need(t, x) < room]
+        room = min(self.space.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
+            self.space.room)
+        fitting = [x for x in options if self.space.need(t, x) < room]
         if not fitting:
-            return min(options, key=lambda x: self.arm._need(t, x))
+            return min(options, key=lambda x: self.space.need(t, x))
         return max(fitting, key=lambda x: (x[0], -x[1]))
 
     def polish_cost(self) -> int:
@@ -312,37 +357,37 @@ class Polisher:
         return self._polish_cost
 
     def _count_polish(self) -> int:
-        size = self.arm.group_size
+        size = self.space.group_size
         options = {t: len(self._options(t, size[t])) for t in size}
-        quick = sum(len(self.arm.layout_options[t]) for t in size) if self.arm.options.quick_sweep else 0
-        return (quick + sum(options.values()) + int(self.arm.type_blocks)
-                + int(self.arm.relay_gene)
+        quick = sum(len(self.space.layout_options[t]) for t in size) if self.options.quick_sweep else 0
+        return (quick + sum(options.values()) + int(self.options.type_blocks)
+                + int(self.space.relay_gene)
                 + sum(self.split_cost(tasks) for tasks in self._splits()))
 
     def split_cost(self, tasks: tuple[str, ...]) -> int:
         """About how many evaluations :meth:`_split` of ``tasks`` takes (counted): the turns
         over all the splits, then the sweeps."""
-        size = self.arm.group_size
+        size = self.space.group_size
         n, k = size[tasks[0]], len(tasks)
         shapes = 0
         # evaluations of each turn over all the splits; 2k - 1 turns: the usual fixed point
         # (the others keep their layouts when they pick again)
-        turns = [0] * min(2 * k - 1, self.arm.split_turns)
+        turns = [0] * min(2 * k - 1, self.options.split_turns)
         for _, ms, opts in self._split_shapes(tasks, n):
             shapes += 1
             at = len(self._split_offsets(ms, n))
             for r in range(len(turns)):
                 turns[r] += at * len(opts[r % k])
         # with halving, half the splits go on after each turn
-        total = sum(c // 2 ** r if self.arm.split_halving else c for r, c in enumerate(turns))
+        total = sum(c // 2 ** r if self.options.split_halving else c for r, c in enumerate(turns))
         others = sum(len(self._options(t, size[t])) for t in size if t not in tasks)
-        return total + min(shapes, self.arm.split_starts) * self.arm.split_sweeps * others
+        return total + min(shapes, self.options.split_starts) * self.options.split_sweeps * others
 
     def polish_pending(self) -> bool:
         """Whether :meth:`polish` has work: a pass in progress, an arm's best other than the
         one the last finished pass ended with, or -- with kicks -- always."""
         return self._polisher is not None or (bool(self.arm.population) and (
-            self.arm.kick_moves > 0 or self.arm.best != self._polished_best))
+            self.options.kick_moves > 0 or self.arm.best != self._polished_best))
 
     @property
     def in_first_polish(self) -> bool:
@@ -379,12 +424,12 @@ class Polisher:
         if self._polisher is None:
             self._pass_from = best_f
             if best_f == self._polished_best:
-                if self.arm.kick_moves <= 0:
+                if self.options.kick_moves <= 0:
                     return  # converged: nothing new to start from
                 # converged: iterated local search -- a new pass from the best kicked by a few
                 # random moves (the pass may end worse than the best: what it finds still
                 # joins the population if it beats the worst)
-                for _ in range(self.arm.kick_moves):
+                for _ in range(self.options.kick_moves):
                     best = self.arm.mutate(best)
                 best_f = self.arm.fitness(ev, best)
             state = self._polish_state = [best_f, best]
@@ -395,7 +440,7 @@ class Polisher:
                 if f < state[0]:
                     state[0], state[1] = f, g
 
-            self._polisher = self._descend(ev, max_passes, self.arm.group_size, trial,
+            self._polisher = self._descend(ev, max_passes, self.space.group_size, trial,
                                            lambda: (state[0], state[1]))
         stop = self.arm.evaluations + (cap if cap is not None else 10**12)
         finished = False
@@ -406,9 +451,9 @@ class Polisher:
             finished = True
         except BaseException:
             self._polisher = None  # e.g. the budget ran out mid-move: the pass cannot resume
-            self.arm._adopt(state)
+            self.arm.adopt(state)
             raise
-        self.arm._adopt(state)
+        self.arm.adopt(state)
         if finished:
             self._polisher = None
             self._polished_best = self.arm.best
@@ -420,23 +465,23 @@ class Polisher:
         evaluation, so a pass can stop at a cap and resume later."""
         for pass_ in range(max_passes):
             start = current()[0]
-            if self.arm.relay_gene:  # the weight sync's relay flipped (one evaluation)
+            if self.space.relay_gene:  # the weight sync's relay flipped (one evaluation)
                 base = current()[1]
                 trial(base.with_relay(not base.sync_relay))
                 yield
-            if pass_ == 0 and self.arm.options.quick_sweep:
+            if pass_ == 0 and self.options.quick_sweep:
                 # first, each task's full-group layouts in turn (cheap: the full-group layouts
                 # of every task, summed), so that a pass cut short by a small budget has tuned
                 # every task before the costly splits
                 for t in [t for t, _ in current()[1].layouts]:
                     base = current()[1]
-                    for lay in self.arm.layout_options[t]:
+                    for lay in self.space.layout_options[t]:
                         if (lay, 0) != (base.layout(t), base.offset(t)):
                             trial(base.with_layout(t, lay).with_offset(t, 0))
                             yield
             if pass_ == 0:
                 base = current()[1]
-                if self.arm.type_blocks:  # the splits start from GPUs in blocks of one type
+                if self.options.type_blocks:  # the splits start from GPUs in blocks of one type
                     blocked = self.type_blocked(base)
                     if blocked.order != base.order:
                         trial(blocked)
@@ -444,7 +489,7 @@ class Polisher:
                         base = blocked
                 for i, tasks in enumerate(self._splits()):
                     split_base = base if i == 0 else current()[1]
-                    if self.arm.split_light and len(tasks) == 2 and self.arm._training & set(tasks):
+                    if self.options.split_light and len(tasks) == 2 and self.space.training & set(tasks):
                         split_base = self.light_base(split_base, tasks)
                     yield from self._split(ev, tasks, size[tasks[0]], split_base, trial)
             for t in [t for t, _ in current()[1].layouts]:

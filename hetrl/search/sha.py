@@ -268,6 +268,7 @@ class _SHABase(Scheduler):
         facts = DeviceFacts.of(model)
         groupings = [g for g in task_groupings(wl) if len(g) <= n]
         population = opts.population
+        halving = opts.halving
 
         def make_arm(grouping: tuple[tuple[str, ...], ...], sizes: tuple[int, ...]) -> Arm:
             return Arm(grouping, sizes, model, facts, np.random.default_rng(rng.integers(2**63)),
@@ -287,11 +288,12 @@ class _SHABase(Scheduler):
         by_grouping = {l1.grouping: l1 for l1 in level1}
         info: dict[str, Any] = {}
         warm_arms: list[Arm] = []
-        if opts.warm_start:
-            warm_arms = self._warm_start(ev, by_grouping, make_arm, int(total * opts.warm_fraction),
+        if opts.warm_start is not None:
+            warm_arms = self._warm_start(ev, by_grouping, make_arm,
+                                         int(total * opts.warm_start.warm_fraction),
                                          total, info)
-        if opts.screening:
-            self._screen(ev, level1, int(total * opts.screening_fraction), rng, info)
+        if halving.screening:
+            self._screen(ev, level1, int(total * halving.screening_fraction), rng, info)
         alive = list(level1)
         # the co-located grouping's arms: on all the GPUs, and on the GPUs a warm start chose
         # (the fastest types, the best-connected regions) -- the halving may drop them; the best
@@ -300,7 +302,7 @@ class _SHABase(Scheduler):
         spent0 = ev.evaluations
         # the final phase's share (docs/search-history.md: 0.5 measured better than 0.3 on
         # paper64 at 60 s, the polish's kicked passes being where its best plans come from)
-        exploit = opts.exploit_fraction
+        exploit = halving.exploit_fraction
         budget = max(total - spent0, 0) * (1 - exploit)
         if self.halve:
             # Successive halving needs a minimum resource per arm (as Hyperband's r_min): the
@@ -313,14 +315,14 @@ class _SHABase(Scheduler):
             while n_arms > 2 and budget / ((math.ceil(math.log2(n_arms)) + 1) * n_arms) < need:
                 n_arms -= 1
             if n_arms < len(alive):
-                alive = self._entrants(alive, n_arms, warm_arms, opts.screening, rng)
+                alive = self._entrants(alive, n_arms, warm_arms, halving.screening, rng)
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
         # level-2 arms per entering grouping: as many as its first round can give a
         # population's worth each (at most 6, or ``gpu_groupings``)
         first_share = budget / rounds / max(len(alive), 1)
-        k = opts.gpu_groupings or max(1, min(6, int(first_share // (2 * population))))
+        k = halving.gpu_groupings or max(1, min(6, int(first_share // (2 * population))))
         for l1 in alive:
-            self._add_sizes(l1, k, n, rng, make_arm, opts.idle_sizes)
+            self._add_sizes(l1, k, n, rng, make_arm, halving.idle_sizes)
         info["gpu_groupings"] = k
         info["groupings_entered"] = len(alive)
         per_round = budget / rounds
@@ -356,7 +358,8 @@ class _SHABase(Scheduler):
         # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
-        finalists = choose_finalists(alive, together, opts.colocated_finalist, warm=warm_arms)
+        finalists = choose_finalists(alive, together, halving.colocated_finalist,
+                                      warm=warm_arms)
         self._final_phase(ev, finalists, total, opts)
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
@@ -405,9 +408,8 @@ class _SHABase(Scheduler):
     def _tune_starts(self, ev: Evaluator, arms: list[Arm], budget: int) -> None:
         """Successive halving over the priced warm starts. A start's price ranks it only
         roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
-        best tensor-parallel width depends on the KV room; on paper64-single-region, GRPO async,
-        96 prompts, StreamRL's structure priced 32.56 s, 17th, and tuned to 15.64 s, the
-        best). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
+        best tensor-parallel width depends on the KV room; docs/search-history.md, "Numbers
+        moved from the docstrings"). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
         (:meth:`Arm.tune` over one task); then the better half of them gets a sweep over every
         task, the better half of those still improving another, and so on while ``budget``
         lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
@@ -420,7 +422,7 @@ class _SHABase(Scheduler):
         first = tuple(t.name for t in ev.workload.tasks if t.kind == "generation")
         # the same steps in the same order whatever the budget (a smaller budget stops them
         # sooner), so that more budget never ends the warm start worse
-        alive = [[f, g, arm] for f, _, g, arm in runs[: self.options.warm_tuned]]
+        alive = [[f, g, arm] for f, _, g, arm in runs[: self.options.warm_start.warm_tuned]]
         tasks: tuple[str, ...] | None = first or None
         while alive and budget > 0:
             going = []
@@ -496,7 +498,7 @@ class _SHABase(Scheduler):
                      opts: SHAOptions) -> None:
         """The finalists' EAs round robin, each polished first and whenever its best changed;
         after each turn the worse half of the finalists is dropped."""
-        polish = opts.polish
+        polish = opts.polish is not None
 
         def colocated(arm: Arm) -> bool:
             return polish and len(arm.groups) == 1
@@ -527,10 +529,10 @@ class _SHABase(Scheduler):
                         # stopped at its cap resumes at the arm's next turn.
                         c = cap()
                         if (arm.polishing or arm.polish_cost() <= c
-                                or arm.stalled(opts.stall_steps)):
-                            arm.polish(ev, cap=max(1, c // opts.polish_chunks))
+                                or arm.stalled(opts.polish.stall_steps)):
+                            arm.polish(ev, cap=max(1, c // opts.polish.polish_chunks))
                     arm.run(ev, 32)
-                if opts.final_halving and len(finalists) > 1:
+                if opts.halving.final_halving and len(finalists) > 1:
                     ranked = sorted(finalists, key=lambda a: a.best)
                     # a co-located arm is a finalist because its EA's loss understates it
                     # until the polish has split its tasks: it stays while its first pass runs

@@ -38,6 +38,8 @@ def test_plan_json_and_validate(capsys, tmp_path):
     assert [h[2] for h in history] == sorted((h[2] for h in history), reverse=True)
     assert history[-1][1] == data["evaluations"]
     assert history[-1][2] == pytest.approx(data["iteration_s"])
+    assert isinstance(data["converged"], bool)
+    assert set(data["last_improvement"]) == {"evaluations", "seconds", "relative"}
 
     plan = load_plan(out_file)
     assert plan.provenance.scheduler == "hetrl" and plan.provenance.seed == 1
@@ -66,6 +68,8 @@ def test_plan_text_output(capsys, tmp_path):
     assert code == 0, err
     assert out.startswith("verl: ") and "s per iteration" in out and str(out_file) in out
     assert "group" in out and out_file.exists()
+    # the last line says whether the search converged (verl measures its k best: it has)
+    assert out.strip().splitlines()[-1].startswith(("converged", "not converged"))
 
 
 def test_schedulers_json(capsys):

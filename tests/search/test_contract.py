@@ -75,6 +75,16 @@ def test_scheduler_contract(name, small_workload, small_cluster):
     assert data["scheduler"] == name and data["iteration_s"] == est.iteration_s
     assert data["history"] == [list(h) for h in hist]
 
+    # Convergence: whether the best improved by 0.5% or more over the budget's last half, and
+    # the last improvement (within the evaluations spent; relative: a fraction, None at first).
+    assert isinstance(data["converged"], bool) and data["converged"] == result.converged
+    last = data["last_improvement"]
+    assert set(last) == {"evaluations", "seconds", "relative"}
+    assert 1 <= last["evaluations"] <= result.evaluations
+    assert 0 <= last["seconds"] <= result.elapsed_s + 0.05
+    assert last["relative"] is None or 0 < last["relative"] <= 1
+    assert (data["suggested_budget"] is None) == data["converged"]
+
     # Determinism: same seed, same evaluation budget -> same plan (and the same count).
     second = get_scheduler(name).search(wl, cl, Budget(evaluations=BUDGET_EVALS, seed=3))
     assert second.plan == result.plan

@@ -41,8 +41,8 @@ def test_cost_objective_contract(name, small_workload, small_cluster):
 @pytest.mark.parametrize("name", TAKES)
 def test_cost_plan_is_cheaper_and_time_plan_faster_on_two_regions(name, small_workload,
                                                                    small_cluster):
-    """A concrete case (not a guarantee by construction: the two searches take different
-    paths): 4 A100 in Virginia + 4 L40S in Ohio, GPUs used charged."""
+    """4 A100 in Virginia + 4 L40S in Ohio, GPUs used charged (a guarantee by construction:
+    see test_objectives_agree_with_themselves)."""
     wl, cl = small_workload, small_cluster
     t = get_scheduler(name, objective=Objective("time", charge_used_only=True)).search(
         wl, cl, BUDGET)
@@ -50,6 +50,32 @@ def test_cost_plan_is_cheaper_and_time_plan_faster_on_two_regions(name, small_wo
         wl, cl, BUDGET)
     assert dollars(wl, cl, c).dollars_per_1k_samples <= dollars(wl, cl, t).dollars_per_1k_samples
     assert t.estimate.iteration_s <= c.estimate.iteration_s
+
+
+@pytest.mark.parametrize("used_only", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_objectives_agree_with_themselves(seed, used_only, small_workload, small_cluster):
+    """Same budget and seed: the cost objective's plan costs no more than the time objective's,
+    the time objective's is no slower than the cost objective's, and a limit never returns a plan
+    worse than the plain search's when that one is within the limit (docs/search.md)."""
+    wl, cl, budget = small_workload, small_cluster, Budget(evaluations=150, seed=seed)
+
+    def search(kind, cap=None, deadline=None):
+        r = get_scheduler("hetrl", objective=Objective(kind, cap, deadline, used_only)).search(
+            wl, cl, budget, compare_objectives=True)
+        return r, r.estimate.iteration_s, dollars(wl, cl, r, used_only)
+
+    t, t_s, t_m = search("time")
+    c, c_s, c_m = search("cost")
+    assert c_m.dollars_per_1k_samples <= t_m.dollars_per_1k_samples
+    assert t_s <= c_s
+    assert set(t.extra["objectives_compared"]) == {"cost"}
+    # a deadline the plain cost plan meets: the limited search's plan costs no more
+    _, d_s, d_m = search("cost", deadline=c_s * 1.01)
+    assert d_s <= c_s * 1.01 and d_m.dollars_per_1k_samples <= c_m.dollars_per_1k_samples
+    # a cap the plain time plan keeps: the limited search's plan is no slower
+    _, k_s, k_m = search("time", cap=t_m.dollars_per_hour * 1.01)
+    assert k_m.dollars_per_hour <= t_m.dollars_per_hour * 1.01 and k_s <= t_s
 
 
 @pytest.mark.parametrize("name", TAKES)
@@ -105,3 +131,11 @@ def test_cli_plan_objective(tmp_path, capsys):
     assert_user_error(code, err, "--max-dollars-per-hour 1: infeasible", command="plan")
     code, _, err = run(capsys, *base, "--deadline-s", "-3")
     assert_user_error(code, err, "--deadline-s", command="plan")
+
+
+def test_schedulers_compared_alone_keep_their_budget(small_workload, small_cluster):
+    """Without compare_objectives (the figures' comparisons of schedulers) no other objective's
+    search runs: the budget is the scheduler's alone."""
+    r = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                      Budget(evaluations=150, seed=0))
+    assert "objectives_compared" not in r.extra and r.evaluations <= 150

@@ -26,7 +26,7 @@ from hetrl.search.ea import (
     local_search,
 )
 from hetrl.search.genome import decode
-from hetrl.search.options import SHAOptions
+from hetrl.search.options import PolishOptions, SHAOptions
 from hetrl.search.polish import _SplitRun
 from hetrl.search.sha import HetRLSimpleScheduler, sample_sizes
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
@@ -481,7 +481,7 @@ def _colocated_arm(workload, cluster, seed=0, **options):
     model = CostModel(workload, cluster)
     tasks = tuple(workload.task_names)
     return Arm((tasks,), (cluster.num_devices,), model, DeviceFacts.of(model),
-               np.random.default_rng(seed), options=SHAOptions(**options))
+               np.random.default_rng(seed), options=SHAOptions.from_flat(**options))
 
 
 def test_polish_stopped_at_a_cap_resumes_where_it_stopped(small_workload, small_cluster):
@@ -683,7 +683,7 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
 
     def arm(**kw):
         return Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
-                   options=SHAOptions(**kw))
+                   options=SHAOptions.from_flat(**kw))
 
     trio = ("reward_inference", "reference_inference", "critic_inference")
     on, off = arm(), arm(split_triples=False)
@@ -783,7 +783,7 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
 
     def run(halving: bool):
         arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
-                  options=SHAOptions(split_halving=halving))
+                  options=SHAOptions(polish=PolishOptions(split_halving=halving)))
         seen = []
         for _ in arm.polisher._split(ev, pair, 24, arm.seeded_genotype(),
                                      lambda g, f: seen.append((f, g))):

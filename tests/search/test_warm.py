@@ -14,7 +14,7 @@ from hetrl.search import Budget, get_scheduler
 from hetrl.search.base import Evaluator
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.genome import decode
-from hetrl.search.options import SHAOptions
+from hetrl.search.options import PolishOptions, SHAOptions, WarmStartOptions
 from hetrl.search.pools import streamrl_pools
 from hetrl.search.space import task_groupings
 from hetrl.search.warm import from_pools, region_sets, starts
@@ -167,6 +167,11 @@ def test_a_misspelled_option_is_an_error_naming_it_and_the_known_ones():
     ({"p_sub": 1.5}, r"p_sub.*must be in \[0, 1"),
     ({"exploit_fraction": float("nan")}, "exploit_fraction.*must be float"),
     ({"gpu_groupings": 0}, "gpu_groupings.*must be >= 1"),
+    ({"polish": False, "kick_moves": 2}, "kick_moves = 2: does nothing with polish=False"),
+    ({"warm_start": False, "warm_tuned": 2}, "warm_tuned = 2: does nothing with warm_start"),
+    ({"screening": False, "screening_fraction": 0.1}, "does nothing with screening=False"),
+    ({"sub_layouts": False, "p_sub": 0.1}, "does nothing with sub_layouts=False"),
+    ({"polish": 1}, "polish.*must be bool"),
 ])
 def test_options_are_checked_for_type_and_range(options, match):
     with pytest.raises(SpecError, match=match):
@@ -176,9 +181,13 @@ def test_options_are_checked_for_type_and_range(options, match):
 def test_options_are_a_frozen_dataclass_with_documented_defaults():
     s = get_scheduler("hetrl", p_sub=0.0, gpu_groupings=None)
     assert isinstance(s.options, SHAOptions) and s.options.p_sub == 0.0
-    assert s.options.warm_start is True
+    assert s.options.warm_start == WarmStartOptions() and s.options.polish == PolishOptions()
     with pytest.raises(AttributeError):
         s.options.p_sub = 0.5  # type: ignore[misc]
+    # nested: the flat keywords land in their group; off switches make the group None
+    n = get_scheduler("hetrl", stall_steps=5, warm_start=False).options
+    assert n.polish == PolishOptions(stall_steps=5) and n.warm_start is None
+    assert get_scheduler("hetrl", polish=False).options.polish is None
     assert get_scheduler("deap", population=4, cxpb=1).options.cxpb == 1
 
 
