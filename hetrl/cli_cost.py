@@ -45,7 +45,7 @@ def load_params(path: str | None, cluster=None):
     ``per_gpu`` entry must name one of its GPU types or a built-in one: a typo would otherwise
     be ignored without a word."""
     from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-    from hetrl.errors import SpecError
+    from hetrl.errors import SpecError, did_you_mean
     from hetrl.io import read_mapping
     from hetrl.spec.hardware import gpu_catalog
 
@@ -59,7 +59,8 @@ def load_params(path: str | None, cluster=None):
             if gpu not in known:
                 raise SpecError(f"{path}: params.per_gpu.{gpu}", value,
                                 f"unknown GPU type; the cluster has {ours}, "
-                                f"built in: {sorted(gpu_catalog())}")
+                                f"built in: {sorted(gpu_catalog())}"
+                                f"{did_you_mean(gpu, sorted(known))}")
     return params
 
 

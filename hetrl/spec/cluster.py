@@ -37,6 +37,7 @@ from hetrl.errors import (
     positive_int,
     require,
     string,
+    why_not_number,
 )
 from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_REGION_LINKS, MAX_REGIONS
 from hetrl.spec.hardware import GPUType, gpu_catalog, gpu_type
@@ -302,7 +303,8 @@ class ClusterSpec:
 
 
 def _latency(field_name: str, value: Any) -> float:
-    require(is_number(value), field_name, value, "must be a number of milliseconds")
+    require(is_number(value), field_name, value,
+            f"must be a number of milliseconds{why_not_number(value)}")
     v = finite_number(field_name, value, unit="milliseconds")
     require(0 <= v <= MAX_ONE_WAY_LATENCY_MS, field_name, value,
             f"one-way latency must be in [0, {MAX_ONE_WAY_LATENCY_MS:g}] ms (units: milliseconds)")

@@ -23,7 +23,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from hetrl.errors import finite_number, require, string
+from hetrl.errors import did_you_mean, find_name, finite_number, require, string
 
 #: Largest $/GPU-hour an override may give (the dearest on-demand GPU is ~$15/GPU-hour).
 MAX_DOLLARS_PER_GPU_HOUR = 1000.0
@@ -71,8 +71,11 @@ class PriceOverrides:
         for gpu, value in raw.items():
             string("prices.gpu_hour", gpu)
             if known_gpus is not None:
-                require(gpu in known_gpus, f"prices.gpu_hour.{gpu}", value,
-                        f"unknown GPU type; known: {sorted(known_gpus)}")
+                name = find_name(gpu, sorted(known_gpus))  # as typed, else ignoring case
+                require(name is not None, f"prices.gpu_hour.{gpu}", value,
+                        f"unknown GPU type; known: {sorted(known_gpus)}"
+                        f"{did_you_mean(gpu, sorted(known_gpus))}")
+                gpu = name
             hours.append((gpu, finite_number(f"prices.gpu_hour.{gpu}", value, 0.0,
                                              MAX_DOLLARS_PER_GPU_HOUR, "dollars per GPU-hour")))
         egress = {k: None if data.get(k) is None else finite_number(
