@@ -15,6 +15,7 @@ from hetrl.cli import (
     stamped,
 )
 from hetrl.errors import HetrlError
+from hetrl.spec.tasks import WEIGHT_SYNC
 
 
 def _estimate_args(p: argparse.ArgumentParser) -> None:
@@ -115,7 +116,25 @@ def money_line(m) -> str:
             f"GPU-hours, egress ${m.egress_dollars:,.2f}; {who}; {bytes_}")
 
 
-def _format(est, workload, cluster, money=None, band=None) -> str:
+def detail_lines(detail: dict) -> list[str]:
+    """One line per task of ``tasks_detail``: its GPUs by type and region, its layout, its
+    tokens/s per GPU and its MFU (training, inference) or HBM-bandwidth use (generation)."""
+    from hetrl.cost.details import where_text
+
+    out = []
+    for task, row in detail.items():
+        rate = row["tokens_per_s_per_gpu"]
+        figures = [f"{rate:,.0f} tokens/s per GPU" if rate is not None else "- tokens/s"]
+        if row["mfu"] is not None:
+            figures.append(f"MFU {row['mfu']:.1%}")
+        if row["hbm_utilisation"] is not None:
+            figures.append(f"HBM bandwidth {row['hbm_utilisation']:.1%}")
+        out.append(f"{task:<21} {row['gpus']} GPUs: {where_text(row)}; dp {row['dp']} pp "
+                   f"{row['pp']} tp {row['tp']}; {', '.join(figures)}")
+    return out
+
+
+def _format(est, workload, cluster, money=None, band=None, rows=None) -> str:
     if est.feasible:
         within = f"({band_text(band)}) " if band is not None else ""
         lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
@@ -129,7 +148,10 @@ def _format(est, workload, cluster, money=None, band=None) -> str:
         lines = [f"INFEASIBLE: {workload.name} on {cluster.name}: {first}",
                  f"  ignoring memory it would take {est.iteration_s:.2f} s per iteration"]
     lines.append(f"  {'task':<21}{'seconds':>10}   breakdown")
+    present = set(workload.task_names) | {WEIGHT_SYNC}
     for task, seconds in est.tasks.items():
+        if task not in present:  # a task this workload does not have (GRPO's critic, ...)
+            continue
         parts = est.parts.get(task, {})
         detail = ", ".join(f"{k} {v:.2f}" for k, v in parts.items() if v > 0.005)
         lines.append(f"  {task:<21}{seconds:>10.2f}   {detail}")
@@ -137,8 +159,13 @@ def _format(est, workload, cluster, money=None, band=None) -> str:
     if mem:
         hi = max(mem, key=mem.get)
         lines.append(f"  peak memory: max {mem[hi]:.1f} GB on device {hi}, min {min(mem.values()):.1f} GB")
+    if rows:
+        lines.append("  where each task runs, and its rates:")
+        lines += [f"    {line}" for line in detail_lines(rows)]
     if workload.mode == "async":
-        lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (overlapped)")
+        lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (one batch from "
+                     "generation to the end of training; async runs iterations overlapped, so "
+                     f"one ends every {est.iteration_s:.2f} s)")
     if money is not None:
         lines.append(money_line(money))
     for v in est.violations:
@@ -169,6 +196,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan_for(args, workload, cluster)
     from hetrl.cost.band import estimate_band, is_colocated
+    from hetrl.cost.details import tasks_detail
     from hetrl.cost.log_stages import verl_stages
     from hetrl.cost.money import money
 
@@ -179,7 +207,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     record = estimate_record(est, m, band)
     record["verl_stages"] = verl_stages(est.tasks, workload.task_names, est.iteration_s,
                                         is_colocated(plan, workload))
-    emit(args, record, _format(est, workload, cluster, m, band))
+    detail = tasks_detail(est, plan, workload, cluster)
+    record["tasks_detail"] = detail
+    emit(args, record, _format(est, workload, cluster, m, band, detail))
     return 0 if est.feasible else EXIT_INFEASIBLE
 
 
