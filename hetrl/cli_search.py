@@ -93,7 +93,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.no_warm_start:
         options["warm_start"] = False
     _check_flags(args.scheduler, options)
-    from hetrl.cli_cost import money_line
+    from hetrl.cli_cost import detail_lines, money_line
+    from hetrl.cost.details import tasks_detail
     from hetrl.cost.model import CostModel
     from hetrl.cost.money import money
     from hetrl.search.objective import Objective
@@ -113,8 +114,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             + money_line(m) + "\n"
             + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
                         for g in result.plan.groups))
-    emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out},
-         text)
+    # where each task runs, and its rates (as `hetrl estimate` prints them)
+    detail = tasks_detail(est, result.plan, workload, cluster)
+    text += "\n  where each task runs, and its rates:\n" + "\n".join(
+        f"    {line}" for line in detail_lines(detail))
+    emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out,
+                "tasks_detail": detail}, text)
     return 0
 
 

@@ -75,3 +75,15 @@ def test_the_async_chain_line_says_what_it_is(capsys):
                        "--colocate")
     line = next(line for line in out.splitlines() if "dependency chain" in line)
     assert "overlapped, so one ends every" in line
+
+
+def test_plan_lists_where_each_task_runs(capsys, tmp_path):
+    code, out, err = run(capsys, "plan", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
+                         "--budget-evals", "200", "--out", tmp_path / "p.json")
+    assert code == 0, err
+    assert "where each task runs, and its rates:" in out
+    assert "actor_training" in out.split("where each task runs")[1]
+    code, out, _ = run(capsys, "plan", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region",
+                       "--budget-evals", "200", "--out", tmp_path / "p.json", "--json")
+    detail = json.loads(out)["tasks_detail"]
+    assert all(row["by_type_region"] and row["tokens_per_s_per_gpu"] for row in detail.values())
