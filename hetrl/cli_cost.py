@@ -103,13 +103,19 @@ def band_text(band) -> str:
 
 def money_line(m) -> str:
     """One line of dollars for the text output of ``estimate`` and ``plan``."""
-    who = f"{m.gpus_charged} GPUs charged" + (" (used only)" if m.charge_used_only else
-                                               " (idle ones too)")
+    kinds = list(dict.fromkeys(n["instance"] or f"{n['gpus']} x {n['gpu']}"
+                               for n in m.instances))
+    nodes = f"{len(m.instances)} instance{'s' if len(m.instances) != 1 else ''}"
+    if kinds:
+        nodes += f" ({', '.join(kinds[:3])}{', ...' if len(kinds) > 3 else ''})"
+    who = f"{m.gpus_charged} GPUs charged in {nodes}" + (
+        " (nodes the plan uses, whole)" if m.charge_used_only else " (idle ones too)")
     bytes_ = f"{m.cross_region_bytes / 1e9:,.1f} GB cross-region"
     if m.internet_bytes:
         bytes_ += f", {m.internet_bytes / 1e9:,.1f} GB to edge nodes"
     if m.dollars_per_iteration is None:
-        return (f"  dollars: no price for GPU type(s) {', '.join(m.unpriced)} (give "
+        return (f"  dollars: no price for {', '.join(m.unpriced_where or m.unpriced)} (the "
+                "price table has none there, and no other region's is borrowed; give "
                 f"prices.gpu_hour in the cluster file); {who}; {bytes_}")
     return (f"  dollars: ${m.dollars_per_iteration:,.2f} per iteration (${m.dollars_per_1k_samples:,.2f}"
             f" per 1k samples, ${m.dollars_per_hour:,.0f}/h): {m.gpu_hours_per_iteration:.2f} "
@@ -168,6 +174,7 @@ def _format(est, workload, cluster, money=None, band=None, rows=None) -> str:
                      f"one ends every {est.iteration_s:.2f} s)")
     if money is not None:
         lines.append(money_line(money))
+        lines += [f"  price note: {note}" for note in money.price_notes]
     for v in est.violations:
         lines.append(f"  violation: {v}")
     return "\n".join(lines)

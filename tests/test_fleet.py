@@ -87,3 +87,63 @@ def test_plan_lists_where_each_task_runs(capsys, tmp_path):
                        "--budget-evals", "200", "--out", tmp_path / "p.json", "--json")
     detail = json.loads(out)["tasks_detail"]
     assert all(row["by_type_region"] and row["tokens_per_s_per_gpu"] for row in detail.values())
+
+
+P5_NODES = {"name": "p5x3", "nodes": [
+    {"name": "p5", "gpu": "H100", "count": 8, "region": "us-east-1", "repeat": 3}]}
+
+
+@pytest.mark.parametrize(("used", "instances"), [(9, 2), (17, 3), (8, 1)])
+def test_charge_used_only_charges_whole_instances(capsys, tmp_path, used, instances):
+    from hetrl.io import load_cluster, load_workload, save_plan
+    from hetrl.plan import colocated_plan
+
+    cluster_file = tmp_path / "p5.yaml"
+    cluster_file.write_text(yaml.safe_dump(P5_NODES))
+    wl, cl = load_workload("tiny-grpo-sync"), load_cluster(cluster_file)
+    plan_file = tmp_path / "plan.json"
+    save_plan(colocated_plan(wl, cl, dp=used, devices=list(range(used))), plan_file)
+    code, out, err = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", cluster_file, "-p",
+                         plan_file, "--charge-used-only", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["gpus_charged"] == 8 * instances
+    charged = data["instances_charged"]
+    assert [n["node"] for n in charged] == [f"p5.{i}" for i in range(instances)]
+    for n in charged:
+        assert (n["instance"], n["gpus"], n["gpus_per_instance"]) == ("p5.48xlarge", 8, 8)
+        assert n["dollars_per_hour"] == pytest.approx(55.04)
+    assert data["dollars_per_hour"] > 0
+    # without the flag, every node of the cluster is charged
+    code, out, _ = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", cluster_file, "-p",
+                       plan_file, "--json")
+    assert json.loads(out)["gpus_charged"] == 24 and len(json.loads(out)["instances_charged"]) == 3
+    code, out, _ = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", cluster_file, "-p",
+                       plan_file, "--charge-used-only")
+    assert f"{8 * instances} GPUs charged in {instances} instance" in out
+    assert "p5.48xlarge" in out
+
+
+def test_a_region_without_a_price_says_so_instead_of_borrowing(capsys, tmp_path):
+    from hetrl.spec.cluster import ClusterSpec
+
+    # g6e.48xlarge (L40S) is not listed in ap-south-1 in the shipped snapshot
+    cl = ClusterSpec.from_dict({"nodes": [{"gpu": "L40S", "region": "ap-south-1"}]})
+    assert cl.price_list.gpu_hour("L40S", "ap-south-1") is None
+    assert cl.price_list.gpu_hour("L40S", "us-west-2") == pytest.approx(30.13118 / 8)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cl.to_dict()))
+    code, out, err = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", path, "--colocate",
+                         "--json")
+    data = json.loads(out)
+    assert data["dollars_per_iteration"] is None and data["unpriced"] == ["L40S in ap-south-1"]
+    code, out, _ = run(capsys, "estimate", "-w", "tiny-grpo-sync", "-c", path, "--colocate")
+    assert "no price for L40S in ap-south-1" in out and "no other region's is borrowed" in out
+
+
+def test_a_non_aws_region_name_is_priced_at_us_east_1_and_says_so():
+    from hetrl.spec.cluster import ClusterSpec
+
+    cl = ClusterSpec.from_dict({"nodes": [{"gpu": "L4", "region": "local"}]})
+    q = cl.price_list.quote("L4", "local")
+    assert q.dollars == pytest.approx(1.6688) and "not an AWS region" in q.note
