@@ -147,3 +147,40 @@ def test_a_non_aws_region_name_is_priced_at_us_east_1_and_says_so():
     cl = ClusterSpec.from_dict({"nodes": [{"gpu": "L4", "region": "local"}]})
     q = cl.price_list.quote("L4", "local")
     assert q.dollars == pytest.approx(1.6688) and "not an AWS region" in q.note
+
+
+FLEET = {"name": "fleet", "regions": "aws", "nodes": [
+    {"name": "va-h100", "gpu": "H100", "count": 8, "region": "us-east-1", "repeat": 2},
+    {"name": "or-l40s", "gpu": "L40s", "count": 8, "region": "us-west-2", "repeat": 4},
+    {"name": "ie-a100", "gpu": "a100", "count": 8, "region": "eu-west-1", "repeat": 2}]}
+
+
+def test_the_issue_fleet_describes_plans_estimates_and_exports(capsys, tmp_path):
+    cluster = tmp_path / "fleet.yaml"
+    cluster.write_text(yaml.safe_dump(FLEET))
+    workload = tmp_path / "grpo.yaml"
+    workload.write_text(yaml.safe_dump({**GRPO_RULE, "batch_prompts": 128}))
+    code, out, err = run(capsys, "describe", cluster)
+    assert code == 0, err
+    assert "us-west-2      32 x L40S" in out
+    plan = tmp_path / "plan.json"
+    code, out, err = run(capsys, "plan", "-w", workload, "-c", cluster, "--budget-evals", "300",
+                         "--out", plan)
+    assert code == 0, err
+    code, out, err = run(capsys, "estimate", "-w", workload, "-c", cluster, "-p", plan, "--json")
+    assert code in (0, 3), err
+    assert json.loads(out)["dollars_per_iteration"] > 0  # every fleet region has a price
+    code, out, err = run(capsys, "export", "--to", "verl", "-w", workload, "-c", cluster, "-p",
+                         plan, "--out", tmp_path / "verl.yaml")
+    assert code == 0, err
+
+
+def test_a_misspelled_fleet_region_names_the_node(capsys, tmp_path):
+    from tests.cli_helpers import assert_user_error
+
+    bad = {**FLEET, "nodes": [dict(n) for n in FLEET["nodes"]]}
+    bad["nodes"][2]["region"] = "eu-west1"
+    cluster = tmp_path / "fleet.yaml"
+    cluster.write_text(yaml.safe_dump(bad))
+    code, _, err = run(capsys, "describe", cluster)
+    assert_user_error(code, err, "nodes[2].region = 'eu-west1'", "did you mean 'eu-west-1'")
