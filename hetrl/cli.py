@@ -221,14 +221,18 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hetrl.describe import describe_cluster, describe_workload, format_cluster, format_workload
-    from hetrl.errors import SpecError
+    from hetrl.errors import SpecError, did_you_mean
     from hetrl.io import load_cluster, load_workload, read_mapping
-    from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS
+    from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS, preset_name
 
     target = args.target
     if target in CLUSTER_PRESETS:
         is_cluster = True
     elif target in WORKLOAD_PRESETS:
+        is_cluster = False
+    elif not Path(target).exists() and preset_name(target, CLUSTER_PRESETS):
+        is_cluster = True  # a preset name typed in another case
+    elif not Path(target).exists() and preset_name(target, WORKLOAD_PRESETS):
         is_cluster = False
     elif Path(target).exists():
         data = read_mapping(target, "describe")
@@ -238,7 +242,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
                             f"workload (no 'algorithm'); its keys: {sorted(data)}")
     else:
         raise SpecError("describe", target, "neither a preset nor a file; see `hetrl presets` "
-                        "for the names")
+                        "for the names"
+                        f"{did_you_mean(target, [*CLUSTER_PRESETS, *WORKLOAD_PRESETS])}")
     if is_cluster:
         info = describe_cluster(load_cluster(target))
         emit(args, info, format_cluster(info))

@@ -15,6 +15,7 @@ from hetrl.cli import (
     stamped,
 )
 from hetrl.errors import HetrlError
+from hetrl.spec.tasks import WEIGHT_SYNC
 
 
 def _estimate_args(p: argparse.ArgumentParser) -> None:
@@ -45,7 +46,7 @@ def load_params(path: str | None, cluster=None):
     ``per_gpu`` entry must name one of its GPU types or a built-in one: a typo would otherwise
     be ignored without a word."""
     from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-    from hetrl.errors import SpecError
+    from hetrl.errors import SpecError, did_you_mean
     from hetrl.io import read_mapping
     from hetrl.spec.hardware import gpu_catalog
 
@@ -59,7 +60,8 @@ def load_params(path: str | None, cluster=None):
             if gpu not in known:
                 raise SpecError(f"{path}: params.per_gpu.{gpu}", value,
                                 f"unknown GPU type; the cluster has {ours}, "
-                                f"built in: {sorted(gpu_catalog())}")
+                                f"built in: {sorted(gpu_catalog())}"
+                                f"{did_you_mean(gpu, sorted(known))}")
     return params
 
 
@@ -101,20 +103,44 @@ def band_text(band) -> str:
 
 def money_line(m) -> str:
     """One line of dollars for the text output of ``estimate`` and ``plan``."""
-    who = f"{m.gpus_charged} GPUs charged" + (" (used only)" if m.charge_used_only else
-                                               " (idle ones too)")
+    kinds = list(dict.fromkeys(n["instance"] or f"{n['gpus']} x {n['gpu']}"
+                               for n in m.instances))
+    nodes = f"{len(m.instances)} instance{'s' if len(m.instances) != 1 else ''}"
+    if kinds:
+        nodes += f" ({', '.join(kinds[:3])}{', ...' if len(kinds) > 3 else ''})"
+    who = f"{m.gpus_charged} GPUs charged in {nodes}" + (
+        " (nodes the plan uses, whole)" if m.charge_used_only else " (idle ones too)")
     bytes_ = f"{m.cross_region_bytes / 1e9:,.1f} GB cross-region"
     if m.internet_bytes:
         bytes_ += f", {m.internet_bytes / 1e9:,.1f} GB to edge nodes"
     if m.dollars_per_iteration is None:
-        return (f"  dollars: no price for GPU type(s) {', '.join(m.unpriced)} (give "
+        return (f"  dollars: no price for {', '.join(m.unpriced_where or m.unpriced)} (the "
+                "price table has none there, and no other region's is borrowed; give "
                 f"prices.gpu_hour in the cluster file); {who}; {bytes_}")
     return (f"  dollars: ${m.dollars_per_iteration:,.2f} per iteration (${m.dollars_per_1k_samples:,.2f}"
             f" per 1k samples, ${m.dollars_per_hour:,.0f}/h): {m.gpu_hours_per_iteration:.2f} "
             f"GPU-hours, egress ${m.egress_dollars:,.2f}; {who}; {bytes_}")
 
 
-def _format(est, workload, cluster, money=None, band=None) -> str:
+def detail_lines(detail: dict) -> list[str]:
+    """One line per task of ``tasks_detail``: its GPUs by type and region, its layout, its
+    tokens/s per GPU and its MFU (training, inference) or HBM-bandwidth use (generation)."""
+    from hetrl.cost.details import where_text
+
+    out = []
+    for task, row in detail.items():
+        rate = row["tokens_per_s_per_gpu"]
+        figures = [f"{rate:,.0f} tokens/s per GPU" if rate is not None else "- tokens/s"]
+        if row["mfu"] is not None:
+            figures.append(f"MFU {row['mfu']:.1%}")
+        if row["hbm_utilisation"] is not None:
+            figures.append(f"HBM bandwidth {row['hbm_utilisation']:.1%}")
+        out.append(f"{task:<21} {row['gpus']} GPUs: {where_text(row)}; dp {row['dp']} pp "
+                   f"{row['pp']} tp {row['tp']}; {', '.join(figures)}")
+    return out
+
+
+def _format(est, workload, cluster, money=None, band=None, rows=None) -> str:
     if est.feasible:
         within = f"({band_text(band)}) " if band is not None else ""
         lines = [f"{workload.name} on {cluster.name}: {est.iteration_s:.2f} s per iteration "
@@ -128,7 +154,10 @@ def _format(est, workload, cluster, money=None, band=None) -> str:
         lines = [f"INFEASIBLE: {workload.name} on {cluster.name}: {first}",
                  f"  ignoring memory it would take {est.iteration_s:.2f} s per iteration"]
     lines.append(f"  {'task':<21}{'seconds':>10}   breakdown")
+    present = set(workload.task_names) | {WEIGHT_SYNC}
     for task, seconds in est.tasks.items():
+        if task not in present:  # a task this workload does not have (GRPO's critic, ...)
+            continue
         parts = est.parts.get(task, {})
         detail = ", ".join(f"{k} {v:.2f}" for k, v in parts.items() if v > 0.005)
         lines.append(f"  {task:<21}{seconds:>10.2f}   {detail}")
@@ -136,10 +165,16 @@ def _format(est, workload, cluster, money=None, band=None) -> str:
     if mem:
         hi = max(mem, key=mem.get)
         lines.append(f"  peak memory: max {mem[hi]:.1f} GB on device {hi}, min {min(mem.values()):.1f} GB")
+    if rows:
+        lines.append("  where each task runs, and its rates:")
+        lines += [f"    {line}" for line in detail_lines(rows)]
     if workload.mode == "async":
-        lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (overlapped)")
+        lines.append(f"  dependency chain of one iteration: {est.chain_s:.2f} s (one batch from "
+                     "generation to the end of training; async runs iterations overlapped, so "
+                     f"one ends every {est.iteration_s:.2f} s)")
     if money is not None:
         lines.append(money_line(money))
+        lines += [f"  price note: {note}" for note in money.price_notes]
     for v in est.violations:
         lines.append(f"  violation: {v}")
     return "\n".join(lines)
@@ -168,6 +203,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
         plan = load_plan_for(args, workload, cluster)
     from hetrl.cost.band import estimate_band, is_colocated
+    from hetrl.cost.details import tasks_detail
     from hetrl.cost.log_stages import verl_stages
     from hetrl.cost.money import money
 
@@ -178,7 +214,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     record = estimate_record(est, m, band)
     record["verl_stages"] = verl_stages(est.tasks, workload.task_names, est.iteration_s,
                                         is_colocated(plan, workload))
-    emit(args, record, _format(est, workload, cluster, m, band))
+    detail = tasks_detail(est, plan, workload, cluster)
+    record["tasks_detail"] = detail
+    emit(args, record, _format(est, workload, cluster, m, band, detail))
     return 0 if est.feasible else EXIT_INFEASIBLE
 
 

@@ -103,7 +103,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.no_warm_start:
         options["warm_start"] = False
     _check_flags(args.scheduler, options)
-    from hetrl.cli_cost import money_line
+    from hetrl.cli_cost import detail_lines, money_line
+    from hetrl.cost.details import tasks_detail
     from hetrl.cost.model import CostModel
     from hetrl.cost.money import money
     from hetrl.search.objective import Objective
@@ -123,10 +124,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{args.out}\n"
             + money_line(m) + "\n"
             + "\n".join(f"  group {len(g.devices):>3} GPUs: {', '.join(g.tasks)}"
-                        for g in result.plan.groups)
-            + ("" if result.convergence is None else "\n" + result.convergence.line()))
-    emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out},
-         text)
+                        for g in result.plan.groups))
+    # where each task runs, and its rates (as `hetrl estimate` prints them)
+    detail = tasks_detail(est, result.plan, workload, cluster)
+    text += "\n  where each task runs, and its rates:\n" + "\n".join(
+        f"    {line}" for line in detail_lines(detail))
+    if result.convergence is not None:
+        text += "\n" + result.convergence.line()
+    emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out,
+                "tasks_detail": detail}, text)
     return 0
 
 

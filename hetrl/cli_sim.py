@@ -137,7 +137,8 @@ def format_result(result, workload, cluster) -> str:
         lines.append(f"{workload.name} on {cluster.name}: {done}/{asked} iterations done")
     if done:
         lines.append("  iterations: " + ", ".join(f"{x:.2f}" for x in m["iterations"]))
-        lines += [f"  {t:<21}{s:>10.2f} s" for t, s in m["tasks"].items()]
+        present = {*workload.task_names, "weight_sync"}  # (not GRPO's critic, a rule's reward)
+        lines += [f"  {t:<21}{s:>10.2f} s" for t, s in m["tasks"].items() if t in present]
     else:
         lines.append("  no iteration completed: no per-task seconds")
     if f.lost_devices or f.stalled:

@@ -34,8 +34,8 @@ def _show_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
-@command("show", "draw a plan: regions, nodes and GPUs coloured by task group, each task's "
-         "(dp, pp, tp) and data shares, the cross-region flows of one iteration with their bytes",
+@command("show", "draw a plan: regions, nodes and GPUs coloured by the tasks on them, each "
+         "task's GPUs by type and region, (dp, pp, tp) and data shares, the cross-region flows of one iteration with their bytes",
          _show_args)
 def cmd_show(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
@@ -53,10 +53,34 @@ def cmd_show(args: argparse.Namespace) -> int:
             "cross_region_bytes": [{"from": a, "to": b, **kinds}
                                    for (a, b), kinds in sorted(between.items())]}
     total = sum(sum(k.values()) for k in between.values())
-    emit(args, data, f"wrote {args.out} ({fmt}): {len(plan.groups)} task group(s) on "
-                     f"{len(plan.device_ids)} GPUs, {human_bytes(total)} across regions per "
-                     "iteration")
+    where = _where_each_task_runs(plan, workload, cluster)
+    data["tasks_where"] = where
+    emit(args, data, "\n".join(
+        [f"wrote {args.out} ({fmt}): {len(plan.groups)} task group(s) on "
+         f"{len(plan.device_ids)} GPUs, {human_bytes(total)} across regions per iteration"]
+        + _where_lines(plan, where)))
     return 0
+
+
+def _where_each_task_runs(plan, workload, cluster) -> dict:
+    """Per task of the workload (in its order): its GPUs by type and region and its layout."""
+    from hetrl.cost.details import where_task_runs
+
+    placed = {p.task: p for p in plan.placements}
+    return {t: where_task_runs(placed[t], cluster) for t in workload.task_names if t in placed}
+
+
+def _where_lines(plan, where: dict) -> list[str]:
+    """Per task group its tasks, each with its GPUs by type and region and its dp/pp/tp."""
+    from hetrl.cost.details import where_text
+
+    out = []
+    for gi, g in enumerate(plan.groups):
+        out.append(f"  group {gi}, {len(g.devices)} GPUs:")
+        out += [f"    {t:<21} {where[t]['gpus']} GPUs: {where_text(where[t])}; dp "
+                f"{where[t]['dp']} pp {where[t]['pp']} tp {where[t]['tp']}"
+                for t in g.tasks if t in where]
+    return out
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:

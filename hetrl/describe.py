@@ -55,7 +55,22 @@ def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
                           "bandwidth_gbps": link.bandwidth_gbps,
                           "aggregate_gbps": link.aggregate_gbps}
                          for link in cluster.region_links],
+        # the links taken from the AWS matrix's great-circle estimates (source G), not from a
+        # measurement: "a<->b"
+        "estimated_region_links": _estimated_links(cluster),
     }
+
+
+def _estimated_links(cluster: ClusterSpec) -> list[str]:
+    """The cluster's region links whose values are the shipped matrix's great-circle estimate
+    (source G in ``hetrl/data/aws_rtt_source.csv``)."""
+    from hetrl.spec.regions import aws_bandwidth_gbps, aws_rtt_ms, aws_rtt_source
+
+    source, rtt, bw = aws_rtt_source(), aws_rtt_ms(), aws_bandwidth_gbps()
+    return [f"{link.a}<->{link.b}" for link in cluster.region_links
+            if source.get((link.a, link.b)) == "G"
+            and link.latency_ms == rtt[(link.a, link.b)] / 2
+            and link.bandwidth_gbps == bw[(link.a, link.b)]]
 
 
 def format_cluster(info: dict[str, Any]) -> str:
@@ -81,6 +96,10 @@ def format_cluster(info: dict[str, Any]) -> str:
         lines.append(f"  region links: {len(links)}, per flow {span} Gbit/s; "
                      + (f"aggregate caps (Gbit/s, each direction): {caps}{more}" if capped
                         else "no aggregate caps"))
+    estimated = info.get("estimated_region_links") or []
+    if estimated:
+        lines.append(f"  estimated (great-circle, not measured; override under region_links): "
+                     f"{', '.join(estimated[:6])}{', ...' if len(estimated) > 6 else ''}")
     lines.append("  nodes (name: GPUs, region/zone, device ids):")
     for n in info["nodes"]:
         lo, hi = n["devices"]

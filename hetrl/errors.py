@@ -90,7 +90,7 @@ def finite_number(field: str, value: Any, lo: float | None = None, hi: float | N
     """``value`` as a float if it is a finite real number (not a bool, not a string) in
     [``lo``, ``hi``] (either may be None: unbounded), else raise. ``unit`` names the unit."""
     units = f" ({unit})" if unit else ""
-    require(is_number(value), field, value, f"must be a number{units}")
+    require(is_number(value), field, value, f"must be a number{units}{why_not_number(value)}")
     try:
         number = float(value)
     except OverflowError:  # an integer beyond a float's range
@@ -105,6 +105,18 @@ def finite_number(field: str, value: Any, lo: float | None = None, hi: float | N
     if hi is not None:
         require(number <= hi, field, value, f"must be <= {hi:g}{units}")
     return number
+
+
+def why_not_number(value: Any) -> str:
+    """Why a value that looks like a number is not one (a quoted number in a file)."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value.replace("_", ""))
+    except ValueError:
+        return ""
+    return (f", not the string {value!r}: write it without quotes (YAML and JSON read "
+            "1e-3, 0.001 and 1000 as numbers)")
 
 
 def positive(field: str, value: Any, hi: float | None = None) -> float:
@@ -162,3 +174,36 @@ def listing(field: str, value: Any, problem: str = "must be a list") -> Sequence
     """Return ``value`` if it is a list or a tuple (not a string, not a mapping)."""
     require(isinstance(value, list | tuple), field, value, problem)
     return value
+
+
+def closest(name: Any, choices: Sequence[str] | Mapping[str, Any], n: int = 3) -> list[str]:
+    """Up to ``n`` of ``choices`` closest to ``name`` (case-insensitive, difflib's ratio >= 0.6),
+    best first: the suggestions of an unknown-name message."""
+    import difflib
+
+    if not isinstance(name, str):
+        return []
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.6)
+    return [by_lower[h] for h in hits]
+
+
+def did_you_mean(name: Any, choices: Sequence[str] | Mapping[str, Any]) -> str:
+    """``"; did you mean 'X' or 'Y'?"`` for the closest ``choices`` to ``name``, or ``""``."""
+    hits = closest(name, choices)
+    if not hits:
+        return ""
+    return "; did you mean " + " or ".join(repr(h) for h in hits) + "?"
+
+
+def find_name(name: Any, choices: Sequence[str] | Mapping[str, Any]) -> str | None:
+    """The one of ``choices`` equal to ``name``, else the one equal ignoring case (None: no
+    match). Names are matched as people type them: ``l40s`` is ``L40S``."""
+    if not isinstance(name, str):
+        return None
+    if name in choices:
+        return name
+    folded = name.casefold()
+    return next((c for c in choices if c.casefold() == folded), None)

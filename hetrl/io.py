@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,11 +16,17 @@ from typing import Any
 
 import yaml
 
-from hetrl.errors import HetrlError, SpecError
+from hetrl.errors import HetrlError, SpecError, did_you_mean
 from hetrl.limits import MAX_FILE_BYTES, MAX_NESTING, MAX_YAML_BYTES
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
-from hetrl.spec.presets import CLUSTER_PRESETS, WORKLOAD_PRESETS, cluster_preset, workload_preset
+from hetrl.spec.presets import (
+    CLUSTER_PRESETS,
+    WORKLOAD_PRESETS,
+    cluster_preset,
+    preset_name,
+    workload_preset,
+)
 from hetrl.spec.workload import WorkloadSpec
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where present
@@ -43,6 +50,16 @@ class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# Numbers as people type them: YAML 1.1 (PyYAML) reads a float only with a dot and a signed
+# exponent, so ``1e-3``, ``1E5`` or ``2.5e9`` came out as strings; YAML 1.2 and JSON read them
+# as numbers, and so does hetrl. Only the exponent forms are added: plain integers keep their
+# resolver (which runs first), and the new form needs the exponent.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def _check_events(text: str) -> None:
@@ -176,7 +193,10 @@ def _load_spec(ref: str | Path, what: str, presets: Mapping[str, Any],
         return from_preset(str(ref))
     p = Path(ref)
     if not p.exists():
-        raise SpecError(what, str(ref), f"neither a preset nor a file; presets: {', '.join(presets)}")
+        if preset_name(str(ref), presets) is not None:  # a preset name typed in another case
+            return from_preset(str(ref))
+        raise SpecError(what, str(ref), f"neither a preset nor a file; presets: {', '.join(presets)}"
+                                        f"{did_you_mean(str(ref), presets)}")
     try:
         return from_dict(read_mapping(p, what), base_dir=p.parent)
     except HetrlError as exc:
@@ -195,8 +215,11 @@ def load_cluster(ref: str | Path) -> ClusterSpec:
 
 def spec_name(ref: str | Path) -> str:
     """The human name of a ``-w``/``-c`` reference: the preset's name, or the file's name."""
-    return str(ref) if str(ref) in WORKLOAD_PRESETS or str(ref) in CLUSTER_PRESETS else Path(
-        ref).name
+    for presets in (WORKLOAD_PRESETS, CLUSTER_PRESETS):
+        if str(ref) in presets or (not Path(ref).exists()
+                                   and preset_name(str(ref), presets) is not None):
+            return preset_name(str(ref), presets) or str(ref)
+    return Path(ref).name
 
 
 def load_plan(path: str | Path, workload: WorkloadSpec | None = None,

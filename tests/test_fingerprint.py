@@ -50,7 +50,6 @@ region_links:
     latency_ms: 6.0
     b: us-east-1
     a: us-east-2
-  - {a: us-east-1, b: eu-west-1, latency_ms: 40, bandwidth_gbps: 1}
 nodes:
   - {region: us-east-1, count: 4, gpu: A100-80GB, name: first}
   - gpu: L40S

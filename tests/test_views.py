@@ -3,6 +3,8 @@ bad input refused (exit 2) before any drawing."""
 
 from __future__ import annotations
 
+import json
+
 import matplotlib.image
 import numpy as np
 import pytest
@@ -71,7 +73,8 @@ def test_show_and_gantt_on_the_tiny_presets(capsys, tmp_path, workload_name, clu
         from hetrl.io import load_plan
 
         plan = load_plan(plan_file)
-        rows = cluster.num_devices if per_gpu else len(plan.groups)
+        # one row per GPU, or one per task (grouped by task group)
+        rows = cluster.num_devices if per_gpu else sum(len(g.tasks) for g in plan.groups)
         _image(chart, *gantt.gantt_size(rows), gantt.DPI)
 
 
@@ -94,7 +97,8 @@ def test_gantt_of_every_paper64_scenario(tmp_path, cluster_name):
     for per_gpu in (False, True):
         out = tmp_path / f"g{per_gpu}.png"
         gantt.write_gantt(trace, str(out), plan, cluster, per_gpu)
-        _image(out, *gantt.gantt_size(64 if per_gpu else 1), gantt.DPI)
+        rows = 64 if per_gpu else len(plan.placements)  # co-located: one row per task
+        _image(out, *gantt.gantt_size(rows), gantt.DPI)
 
 
 def test_a_bad_plan_is_refused_before_any_drawing(capsys, tmp_path, monkeypatch):
@@ -156,3 +160,29 @@ def test_cross_region_flows_by_hand():
     # the pipeline boundary of training crosses from device 1 to device 2 (eu-west-1)
     assert between[("us-east-1", "eu-west-1")]["pipeline"] > 0
     assert set(between) == {("us-east-1", "eu-west-1"), ("eu-west-1", "us-east-1")}
+
+
+def test_a_colocated_group_shows_where_each_task_runs(capsys, tmp_path):
+    """Issue 40, item 4: inside one co-located group, show lists each task's GPUs by type and
+    region with its layout; the Gantt has a row per task, labelled with its GPUs."""
+    from sim import simulate
+
+    plan_file = "examples/plan-tiny-grpo-cross-region.yaml"
+    code, out, err = run(capsys, "show", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region", "-p",
+                         plan_file, "--out", tmp_path / "p.png", "--json")
+    assert code == 0, err
+    where = json.loads(out)["tasks_where"]
+    workload, cluster = load_workload("tiny-grpo-sync"), load_cluster("tiny4-two-region")
+    assert list(where) == list(workload.task_names)
+    for task, row in where.items():
+        assert sum(g["count"] for g in row["by_type_region"]) == row["gpus"], task
+        assert {"dp", "pp", "tp"} <= set(row)
+    code, out, _ = run(capsys, "show", "-w", "tiny-grpo-sync", "-c", "tiny4-two-region", "-p",
+                       plan_file, "--out", tmp_path / "p.png")
+    assert "actor_generation" in out and "dp " in out and "(us-east-1)" in out
+    from hetrl.io import load_plan
+
+    plan = load_plan(plan_file)
+    labels, _ = gantt._rows(simulate(plan, workload, cluster, 1, 0).trace, plan, cluster, False)
+    assert len(labels) == len(plan.placements)
+    assert all(" x " in label and "(group " in label for label in labels)

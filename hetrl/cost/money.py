@@ -9,7 +9,9 @@
     dollars_per_hour      = dollars_per_iteration x 3600 / iteration_s
 
 Charged GPUs: every GPU of the cluster (idle ones too: they are rented), or with
-``charge_used_only`` only the GPUs the plan places a tasklet on.
+``charge_used_only`` every GPU of the nodes the plan places a tasklet on: clouds rent whole
+instances (a p5.48xlarge is 8 H100s), so a plan that touches one GPU of a node pays for the
+node. ``instances_charged`` lists the charged nodes with their instance type and GPUs.
 
 The bytes of one iteration are :func:`hetrl.cost.flows.iteration_flows` (rollout data, the
 weight sync's pulls, DP rings and pipeline boundaries, as the simulator moves them), the same
@@ -29,6 +31,7 @@ from typing import Any
 from hetrl.cost.flows import FLOW_KINDS, iteration_flows
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.hardware import gpu_type
 
 #: Byte kinds reported by :class:`Money` (``bytes_by_kind``).
 KINDS = ("rollout", "weight_sync", "dp", "pipeline")
@@ -52,6 +55,22 @@ class Money:
     bytes_by_kind: dict[str, float] = field(default_factory=dict)
     charge_used_only: bool = False
     unpriced: tuple[str, ...] = ()
+    #: per charged node: node, gpu, region, gpus, instance, gpus_per_instance, dollars_per_hour
+    #: (None: no price) and price_note (empty: the table's listed price)
+    instances: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def unpriced_where(self) -> tuple[str, ...]:
+        """``L40S in ap-east-1`` for each (type, region) of a charged node with no price."""
+        return tuple(dict.fromkeys(f"{n['gpu']} in {n['region']}" for n in self.instances
+                                   if n["dollars_per_hour"] is None))
+
+    @property
+    def price_notes(self) -> tuple[str, ...]:
+        """What stands in for a listed price, once per (type, region): ``A100-80GB in
+        eu-west-1: not listed here; stand-in: eu-central-1 ...``."""
+        return tuple(dict.fromkeys(f"{n['gpu']} in {n['region']}: {n['price_note']}"
+                                   for n in self.instances if n["price_note"]))
 
     @property
     def dollars_per_iteration(self) -> float | None:
@@ -79,8 +98,11 @@ class Money:
             "internet_bytes": self.internet_bytes,
             "bytes_by_kind": dict(self.bytes_by_kind),
             "gpus_charged": self.gpus_charged,
+            "instances_charged": [dict(n) for n in self.instances],
             "charge_used_only": self.charge_used_only,
             **({"unpriced_gpu_types": list(self.unpriced)} if self.unpriced else {}),
+            **({"unpriced": list(self.unpriced_where)} if self.unpriced else {}),
+            "price_notes": list(self.price_notes),
         }
 
 
@@ -89,14 +111,49 @@ def used_devices(plan: Plan) -> set[int]:
     return {d for p in plan.placements for d in p.device_ids}
 
 
+def touched_nodes(cluster: ClusterSpec, devices: set[int] | None = None) -> list[str]:
+    """The names of the nodes holding at least one of ``devices`` (every node by default), in
+    node order."""
+    if devices is None:
+        return [n.name for n in cluster.nodes]
+    names = {cluster.devices[d].node for d in devices}
+    return [n.name for n in cluster.nodes if n.name in names]
+
+
+def node_charges(cluster: ClusterSpec, nodes: list[str]) -> tuple[dict[str, Any], ...]:
+    """Per node of ``nodes``: its GPU type, region, GPUs, the instance its price comes from
+    (with that instance's GPUs), $/hour of the node (None: no price) and the price's note."""
+    prices = cluster.price_list
+    by_name = {n.name: n for n in cluster.nodes}
+    out = []
+    for name in nodes:
+        node = by_name[name]
+        gpu = gpu_type(node.gpu, cluster.gpu_types)
+        q = prices.quote(gpu.name, node.region)
+        out.append({"node": name, "gpu": gpu.name, "region": node.region, "gpus": node.count,
+                    "instance": None if q is None else q.instance,
+                    "gpus_per_instance": None if q is None or not q.gpus_per_instance
+                    else q.gpus_per_instance,
+                    "dollars_per_hour": None if q is None else q.dollars * node.count,
+                    "price_note": "no price in the table for this GPU type in this region"
+                    if q is None else q.note})
+    return tuple(out)
+
+
 def hourly_gpu_dollars(cluster: ClusterSpec, devices: set[int] | None = None
                        ) -> tuple[float, tuple[str, ...]]:
-    """$/hour of renting ``devices`` (all the cluster's by default), and the GPU types among
-    them with no price."""
+    """$/hour of renting the nodes holding ``devices`` (the whole cluster by default), whole
+    nodes, and the GPU types among them with no price."""
+    return _hourly(cluster, set(touched_nodes(cluster, devices)))
+
+
+def _hourly(cluster: ClusterSpec, nodes: set[str]) -> tuple[float, tuple[str, ...]]:
+    """$/hour of every GPU of ``nodes``, added GPU by GPU in device order (as before whole
+    nodes were charged: the same sum to the last bit), and the types with no price."""
     prices = cluster.price_list
     total, missing = 0.0, set()
     for d in cluster.devices:
-        if devices is not None and d.id not in devices:
+        if d.node not in nodes:
             continue
         p = prices.gpu_hour(d.gpu.name, d.region)
         if p is None:
@@ -111,8 +168,10 @@ def money(model: Any, plan: Plan, iteration_s: float, charge_used_only: bool = F
     cluster = model.cluster
     devices = cluster.devices
     charged = used_devices(plan) if charge_used_only else None
-    hourly, missing = hourly_gpu_dollars(cluster, charged)
-    count = len(devices) if charged is None else len(charged)
+    nodes = touched_nodes(cluster, charged)
+    instances = node_charges(cluster, nodes)
+    hourly, missing = _hourly(cluster, set(nodes))
+    count = sum(c["gpus"] for c in instances)
     prices = cluster.price_list
     egress = cross = internet = 0.0
     by_kind: dict[str, float] = defaultdict(float)
@@ -134,4 +193,4 @@ def money(model: Any, plan: Plan, iteration_s: float, charge_used_only: bool = F
         gpu_dollars=None if missing else hourly * hours, egress_dollars=egress,
         cross_region_bytes=cross, internet_bytes=internet,
         bytes_by_kind={k: by_kind.get(k, 0.0) for k in KINDS},
-        charge_used_only=charge_used_only, unpriced=missing)
+        charge_used_only=charge_used_only, unpriced=missing, instances=instances)

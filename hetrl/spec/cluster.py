@@ -30,6 +30,7 @@ import numpy as np
 from hetrl.errors import (
     SpecError,
     boolean,
+    did_you_mean,
     finite_number,
     is_int,
     is_number,
@@ -37,6 +38,7 @@ from hetrl.errors import (
     positive_int,
     require,
     string,
+    why_not_number,
 )
 from hetrl.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_REGION_LINKS, MAX_REGIONS
 from hetrl.spec.hardware import GPUType, gpu_catalog, gpu_type
@@ -273,14 +275,25 @@ class ClusterSpec:
                 f"at most {MAX_REGION_LINKS} (one per pair of {MAX_REGIONS} regions)")
         links = [_link_from(raw, f"region_links[{i}]")
                  for i, raw in enumerate(data.get("region_links") or [])]
+        used = list(dict.fromkeys(n.region for n in nodes))
+        _links_name_used_regions(links, used)
         if "regions" in data:
             require(data["regions"] == "aws", "regions", data["regions"],
                     "the only built-in region matrix is 'aws'")
-            from hetrl.spec.regions import aws_region_links
+            from hetrl.spec.regions import aws_region_links, aws_regions
 
+            known = aws_regions()
+            linked = {r for link in links for r in (link.a, link.b)}
+            for i, entry in enumerate(data["nodes"]):
+                region = entry.get("region", "local")
+                # a region outside the matrix is fine where region_links give its links
+                require(region in known or region in linked, f"nodes[{i}].region", region,
+                        "not an AWS region code that `regions: aws` knows"
+                        f"{did_you_mean(region, known)} (known: {', '.join(known)}; a region "
+                        "outside the matrix needs its links under region_links)")
             given = {frozenset((link.a, link.b)) for link in links}
-            used = list(dict.fromkeys(n.region for n in nodes))
-            links += [lk for lk in aws_region_links(used) if frozenset((lk.a, lk.b)) not in given]
+            links += [lk for lk in aws_region_links([r for r in used if r in known])
+                      if frozenset((lk.a, lk.b)) not in given]
         net_raw = {} if data.get("network") is None else data["network"]
         require(isinstance(net_raw, Mapping), "network", net_raw, "must be a mapping")
         net_known = set(NetworkParams.__dataclass_fields__)
@@ -302,7 +315,8 @@ class ClusterSpec:
 
 
 def _latency(field_name: str, value: Any) -> float:
-    require(is_number(value), field_name, value, "must be a number of milliseconds")
+    require(is_number(value), field_name, value,
+            f"must be a number of milliseconds{why_not_number(value)}")
     v = finite_number(field_name, value, unit="milliseconds")
     require(0 <= v <= MAX_ONE_WAY_LATENCY_MS, field_name, value,
             f"one-way latency must be in [0, {MAX_ONE_WAY_LATENCY_MS:g}] ms (units: milliseconds)")
@@ -364,6 +378,19 @@ def _nodes_from(raw: Any, types: tuple[GPUType, ...]) -> tuple[NodeSpec, ...]:
             out.append(NodeSpec(name=node, gpu=gpu, count=count, region=region, zone=zone,
                                 nic_gbps=nic, edge=edge))
     return tuple(out)
+
+
+def _links_name_used_regions(links: list[RegionLink], used: list[str]) -> None:
+    """Every end of a region link is a region some node is in: a link to a region no node
+    uses would be ignored, so a typo there (or in a node's region) must fail here, naming the
+    link, instead of surfacing as a disconnected topology."""
+    for i, link in enumerate(links):
+        for end in ("a", "b"):
+            region = getattr(link, end)
+            require(region in used, f"region_links[{i}].{end}", region,
+                    f"no node is in this region{did_you_mean(region, used)} (the nodes' "
+                    f"regions: {', '.join(used)}): check the spelling here and in "
+                    "nodes[].region, or drop the link")
 
 
 def _link_from(raw: Any, f: str) -> RegionLink:

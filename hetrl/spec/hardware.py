@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from hetrl.errors import SpecError, positive, require, string
+from hetrl.errors import SpecError, did_you_mean, find_name, positive, require, string
 
 INTRA_LINK_KINDS = ("nvlink", "pcie")
 
@@ -106,15 +106,28 @@ def gpu_aliases() -> dict[str, str]:
 
 
 def gpu_type(name: str, extra: Iterable[GPUType] = (), field: str = "gpu") -> GPUType:
-    """Resolve a GPU type by name (or alias), looking at ``extra`` user types first."""
+    """Resolve a GPU type by name (or alias), looking at ``extra`` user types first; names match
+    case-insensitively (``l40s`` is ``L40S``) when no name matches exactly, and a miss suggests
+    the closest names."""
     if not isinstance(name, str):
         raise SpecError(field, name, "must be a string (a GPU type's name)")
-    for gpu in extra:
-        if gpu.name == name:
-            return gpu
+    extra = tuple(extra)
     types, aliases = _catalog_file()
-    resolved = aliases.get(name, name)
-    if resolved in types:
-        return types[resolved]
-    known = sorted(set(types) | set(aliases) | {g.name for g in extra})
-    raise SpecError(field, name, f"unknown GPU type; known: {', '.join(known)}")
+    users = {g.name: g for g in extra}
+    # exact first (a user type shadows a built-in of the same name), then ignoring case
+    for table in (users, types, aliases):
+        if name in table:
+            return _resolved(table[name], types)
+    for table in (users, types, aliases):
+        hit = find_name(name, table)
+        if hit is not None:
+            return _resolved(table[hit], types)
+    known = sorted(set(types) | set(aliases) | set(users))
+    raise SpecError(field, name, f"unknown GPU type; known: {', '.join(known)}"
+                                 f"{did_you_mean(name, known)} (names match in any case; define "
+                                 "another type under gpu_types)")
+
+
+def _resolved(entry: GPUType | str, types: Mapping[str, GPUType]) -> GPUType:
+    """A user or catalog type as is; an alias as the catalog type it names."""
+    return types[entry] if isinstance(entry, str) else entry

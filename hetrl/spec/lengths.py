@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, softmax
 from scipy.stats import norm
 
-from hetrl.errors import SpecError, is_int, is_number, require
+from hetrl.errors import SpecError, is_int, is_number, require, why_not_number
 from hetrl.limits import MAX_SEQUENCE_TOKENS
 
 KINDS = ("fixed", "uniform", "truncnorm", "lognormal", "empirical")
@@ -79,7 +79,8 @@ class LengthDist:
         for key in ("mean", "std", "clip_ratio"):
             value = getattr(self, key)
             unit = "a share in [0, 1)" if key == "clip_ratio" else "tokens"
-            require(is_number(value), f"length.{key}", value, f"must be a number ({unit})")
+            require(is_number(value), f"length.{key}", value,
+                    f"must be a number ({unit}){why_not_number(value)}")
             require(math.isfinite(value), f"length.{key}", value, f"must be finite ({unit})")
         require(0 <= self.clip_ratio < 1, "length.clip_ratio", self.clip_ratio,
                 "must be in [0, 1) (the share of lengths at max)")

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hetrl.errors import SpecError, boolean, positive_int, require, string
+from hetrl.errors import SpecError, boolean, did_you_mean, positive_int, require, string
 from hetrl.limits import MAX_LAYERS, MAX_MODEL_DIM
 
 
@@ -169,7 +169,8 @@ def model_preset(name: str, field: str = "model") -> ModelShape:
     for key, shape in presets.items():
         if key.lower() == str(name).lower():
             return shape
-    raise SpecError(field, name, f"unknown model; known: {', '.join(presets)}")
+    raise SpecError(field, name, f"unknown model; known: {', '.join(presets)}"
+                                 f"{did_you_mean(name, presets)}")
 
 
 def resolve_model(value: Any, field: str = "model", base_dir: Path | None = None) -> ModelShape:

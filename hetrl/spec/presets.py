@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hetrl.errors import SpecError
+from hetrl.errors import SpecError, did_you_mean, find_name
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import model_preset
@@ -169,13 +169,22 @@ CLUSTER_PRESETS.update({
 })
 
 
+def preset_name(name: object, presets: dict[str, object]) -> str | None:
+    """The preset ``name`` names, matched as typed or else ignoring case (None: no preset)."""
+    return find_name(name, presets)
+
+
 def cluster_preset(name: str) -> ClusterSpec:
-    if name not in CLUSTER_PRESETS:
-        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(CLUSTER_PRESETS)}")
-    return CLUSTER_PRESETS[name][1]()
+    key = preset_name(name, CLUSTER_PRESETS)
+    if key is None:
+        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(CLUSTER_PRESETS)}"
+                                         f"{did_you_mean(name, CLUSTER_PRESETS)}")
+    return CLUSTER_PRESETS[key][1]()
 
 
 def workload_preset(name: str) -> WorkloadSpec:
-    if name not in WORKLOAD_PRESETS:
-        raise SpecError("workload", name, f"unknown preset; known: {', '.join(WORKLOAD_PRESETS)}")
-    return WORKLOAD_PRESETS[name][1]()
+    key = preset_name(name, WORKLOAD_PRESETS)
+    if key is None:
+        raise SpecError("workload", name, f"unknown preset; known: {', '.join(WORKLOAD_PRESETS)}"
+                                          f"{did_you_mean(name, WORKLOAD_PRESETS)}")
+    return WORKLOAD_PRESETS[key][1]()

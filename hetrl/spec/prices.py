@@ -10,20 +10,24 @@ A cluster file may give::
       internet_egress_per_gb: 0.09           # $/GB into an edge node (out to the internet)
 
 A GPU type the table lacks (a cluster's own ``gpu_types``) has no price unless the cluster
-gives one; a region the table lacks takes the type's us-east-1 price (the table's stand-in
-rule for US regions, stated where the price is used).
+gives one. An AWS region (a code such as ``ap-east-1``) where the table lists no price for the
+type has none: the output says so, rather than borrowing another region's. A region name that
+is not an AWS code (``local``, a lab's own name) is priced at us-east-1's, and the output says
+that too (:meth:`Prices.quote`). Each price knows its instance (``p5.48xlarge``) and the GPUs
+per instance, so that whole instances can be charged (docs/money.md).
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from hetrl.errors import finite_number, require, string
+from hetrl.errors import did_you_mean, find_name, finite_number, require, string
 
 #: Largest $/GPU-hour an override may give (the dearest on-demand GPU is ~$15/GPU-hour).
 MAX_DOLLARS_PER_GPU_HOUR = 1000.0
@@ -71,8 +75,11 @@ class PriceOverrides:
         for gpu, value in raw.items():
             string("prices.gpu_hour", gpu)
             if known_gpus is not None:
-                require(gpu in known_gpus, f"prices.gpu_hour.{gpu}", value,
-                        f"unknown GPU type; known: {sorted(known_gpus)}")
+                name = find_name(gpu, sorted(known_gpus))  # as typed, else ignoring case
+                require(name is not None, f"prices.gpu_hour.{gpu}", value,
+                        f"unknown GPU type; known: {sorted(known_gpus)}"
+                        f"{did_you_mean(gpu, sorted(known_gpus))}")
+                gpu = name
             hours.append((gpu, finite_number(f"prices.gpu_hour.{gpu}", value, 0.0,
                                              MAX_DOLLARS_PER_GPU_HOUR, "dollars per GPU-hour")))
         egress = {k: None if data.get(k) is None else finite_number(
@@ -92,6 +99,30 @@ class PriceRow:
     dollars: float  # per GPU-hour or per GB
     source: str
     note: str
+    gpus_per_instance: int = 0  # GPUs of ``instance`` (0: not an instance row)
+    instance_dollars: float | None = None  # $/h of the whole instance
+
+
+@dataclass(frozen=True)
+class PriceQuote:
+    """The price of one GPU type in one region: ``dollars`` per GPU-hour, the ``instance`` it
+    is sold in (None: a ``prices:`` override, no instance) with ``gpus_per_instance``, and
+    ``note``: empty when listed as is, else what stands in (another region's price, an
+    override)."""
+
+    dollars: float
+    instance: str | None
+    gpus_per_instance: int
+    note: str = ""
+
+
+#: An AWS region code: ``us-east-1``, ``ap-southeast-5``, ``il-central-1``.
+_AWS_CODE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+
+
+def is_aws_region_code(region: str) -> bool:
+    """Whether ``region`` is written as an AWS region code (not whether AWS has it)."""
+    return bool(_AWS_CODE.match(region))
 
 
 @lru_cache(maxsize=1)
@@ -100,7 +131,10 @@ def price_table() -> tuple[PriceRow, ...]:
     text = resources.files("hetrl.data").joinpath("prices.csv").read_text()
     rows = list(csv.DictReader(text.splitlines()))
     return tuple(PriceRow(r["kind"], r["item"], r["region"], r["instance"],
-                          float(r["dollars_per_unit"]), r["source"], r["note"]) for r in rows)
+                          float(r["dollars_per_unit"]), r["source"], r["note"],
+                          int(r["gpus_per_instance"] or 0),
+                          float(r["instance_dollars_per_hour"])
+                          if r["instance_dollars_per_hour"] else None) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -110,11 +144,27 @@ class Prices:
     overrides: PriceOverrides = PriceOverrides()
 
     def gpu_hour(self, gpu: str, region: str) -> float | None:
-        """$/GPU-hour of ``gpu`` in ``region`` (None: no price known)."""
+        """$/GPU-hour of ``gpu`` in ``region`` (None: no price known; see :meth:`quote`)."""
+        q = self.quote(gpu, region)
+        return None if q is None else q.dollars
+
+    def quote(self, gpu: str, region: str) -> PriceQuote | None:
+        """The price of ``gpu`` in ``region`` with its instance: a ``prices:`` override, else
+        the table's row; an AWS region without a row has no price (None); a region name that
+        is not an AWS code takes us-east-1's row, said in the note."""
         for name, value in self.overrides.gpu_hour:
             if name == gpu:
-                return value
-        return _gpu_prices().get((gpu, region), _gpu_prices().get((gpu, DEFAULT_REGION)))
+                return PriceQuote(value, None, 0, "prices.gpu_hour of the cluster file")
+        rows = _gpu_rows()
+        row = rows.get((gpu, region))
+        if row is not None:
+            note = "" if row.note == "listed" else row.note
+            return PriceQuote(row.dollars, row.instance, row.gpus_per_instance, note)
+        stand_in = rows.get((gpu, DEFAULT_REGION))
+        if stand_in is None or is_aws_region_code(region):
+            return None
+        return PriceQuote(stand_in.dollars, stand_in.instance, stand_in.gpus_per_instance,
+                          f"{region!r} is not an AWS region: priced at {DEFAULT_REGION}'s")
 
     def egress_per_gb(self, a: str, b: str) -> float:
         """$/GB sent from region ``a`` to region ``b`` (0 inside a region)."""
@@ -134,8 +184,8 @@ class Prices:
 
 
 @lru_cache(maxsize=1)
-def _gpu_prices() -> dict[tuple[str, str], float]:
-    return {(r.item, r.region): r.dollars for r in price_table() if r.kind == "gpu_hour"}
+def _gpu_rows() -> dict[tuple[str, str], PriceRow]:
+    return {(r.item, r.region): r for r in price_table() if r.kind == "gpu_hour"}
 
 
 @lru_cache(maxsize=1)

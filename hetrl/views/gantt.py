@@ -1,8 +1,9 @@
 """An iteration as a Gantt chart (``hetrl simulate --gantt``, ``hetrl run --gantt``), built from
 a trace's spans, so that the simulator and the real backend share one picture.
 
-One row per task group of the plan (or, ``per_gpu``, per GPU). In a row's upper lane the tasks
-run as bars coloured by task; per GPU, a task's span is a pale band and its tasklets (a
+One row per task of the plan, grouped by task group and labelled with the task's GPUs by type
+and region (or, ``per_gpu``, one row per GPU; without a plan, one per set of devices the trace's
+tasks use). In a row's upper lane the tasks run as bars coloured by task; per GPU, a task's span is a pale band and its tasklets (a
 generation replica, a forward or backward micro-batch) solid bars on it, so a replica that
 finished early or a pipeline bubble shows as pale. The lower, thinner lane holds the network:
 transfers, collectives (gradient rings) and the weight sync. White is idle time; each row ends
@@ -61,15 +62,23 @@ def _rows(trace: Trace, plan: Plan | None, cluster: ClusterSpec | None, per_gpu:
             else:
                 labels.append(f"GPU {d}")
         return labels, {d: [i] for i, d in enumerate(devices)}
-    if plan is not None:
+    if plan is not None:  # one row per task, grouped by task group: what runs where
         labels, member = [], defaultdict(list)
         for gi, g in enumerate(plan.groups):
-            short = ", ".join(t.replace("_inference", "_inf").replace("_generation", "_gen")
-                              .replace("_training", "_train") for t in g.tasks)
-            short = short if len(short) <= 44 else short[:41] + "..."
-            labels.append(f"group {gi} ({len(g.devices)} GPUs)\n{short}")
-            for d in g.devices:
-                member[d].append(gi)
+            for t in g.tasks:
+                where = f"{len(g.devices)} GPUs"
+                if cluster is not None:
+                    from hetrl.cost.details import where_task_runs, where_text
+
+                    info = where_task_runs(plan.placement(t), cluster)
+                    where = where_text(info)
+                    if len(where) > 44:  # the first type and region, and how many more
+                        first = info["by_type_region"][0]
+                        where = f"{first['count']} x {first['gpu']} ({first['region']}) + " \
+                            f"{info['gpus'] - first['count']} more GPUs"
+                labels.append(f"{_short(t)} (group {gi})\n{where}")
+                for d in g.devices:
+                    member[d].append(len(labels) - 1)
         return labels, dict(member)
     # no plan: one row per distinct device set of the task spans
     sets: dict[tuple[int, ...], int] = {}
@@ -85,8 +94,20 @@ def _rows(trace: Trace, plan: Plan | None, cluster: ClusterSpec | None, per_gpu:
     return labels, dict(member)
 
 
-def _span_rows(s: Span, member: dict[int, list[int]]) -> set[int]:
-    return {r for d in s.devices for r in member.get(d, ())}
+def _short(task: str) -> str:
+    return task.replace("_inference", "_inf").replace("_generation", "_gen").replace(
+        "_training", "_train")
+
+
+def _span_rows(s: Span, member: dict[int, list[int]], task_of_row: list[str] | None = None
+               ) -> set[int]:
+    """The rows a span is drawn on: its devices' rows; with one row per task, a task's span only
+    on that task's row (a span of no task of the rows, e.g. the weight sync, on all of them)."""
+    rows = {r for d in s.devices for r in member.get(d, ())}
+    if task_of_row is None:
+        return rows
+    own = {r for r in rows if task_of_row[r] == s.task}
+    return own or rows
 
 
 def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
@@ -99,8 +120,8 @@ def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def _task_lanes(trace: Trace, member: dict[int, list[int]], per_gpu: bool
-                ) -> dict[tuple[int, int], int]:
+def _task_lanes(trace: Trace, member: dict[int, list[int]], per_gpu: bool,
+                task_of_row: list[str] | None = None) -> dict[tuple[int, int], int]:
     """Per (row, id of a task span) its sub-lane: tasks of one group that run at the same time
     (on different GPUs of the group) are stacked, greedily, the first free lane first."""
     if per_gpu:
@@ -110,7 +131,7 @@ def _task_lanes(trace: Trace, member: dict[int, list[int]], per_gpu: bool
     tasks = sorted((s for s in trace.spans if s.kind == "task" and s.task != WEIGHT_SYNC),
                    key=lambda s: (s.start_s, s.end_s))
     for s in tasks:
-        for r in _span_rows(s, member):
+        for r in _span_rows(s, member, task_of_row):
             free = ends[r]
             k = next((i for i, e in enumerate(free) if e <= s.start_s + 1e-12), len(free))
             if k == len(free):
@@ -128,6 +149,7 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
     from matplotlib.patches import Patch
 
     labels, member = _rows(trace, plan, cluster, per_gpu)
+    task_of_row = None if per_gpu or plan is None else [t for g in plan.groups for t in g.tasks]
     n = len(labels)
     fig = Figure(figsize=gantt_size(n), dpi=DPI)
     height = gantt_size(n)[1]
@@ -142,7 +164,7 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
     busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
     labels_at: list[tuple[float, float, str]] = []
     faults: list[float] = []
-    lane_of = _task_lanes(trace, member, per_gpu)
+    lane_of = _task_lanes(trace, member, per_gpu, task_of_row)
     lanes = defaultdict(lambda: 1)
     for (r, _), k in lane_of.items():
         lanes[r] = max(lanes[r], k + 1)
@@ -152,7 +174,7 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
             continue
         if s.kind == "phase":  # inside its tasklet, which the chart draws
             continue
-        rows = _span_rows(s, member)
+        rows = _span_rows(s, member, task_of_row)
         hatch = HATCHES[s.iteration % 2]
         if s.kind in ("transfer", "collective") or s.task == WEIGHT_SYNC:
             colour = NETWORK_COLOURS[WEIGHT_SYNC if s.task == WEIGHT_SYNC else s.kind]
@@ -198,8 +220,9 @@ def draw_gantt(trace: Trace, plan: Plan | None = None, cluster: ClusterSpec | No
     ax.grid(axis="x", color="0.9", lw=0.5)
     ax.set_axisbelow(True)
     iters = len(trace.iterations)
+    view = "per GPU" if per_gpu else "per task" if plan is not None else "per task group"
     fig.suptitle(title or f"{trace.workload} on {trace.cluster} ({trace.source}): {iters} "
-                 f"iteration(s), {'per GPU' if per_gpu else 'per task group'}", fontsize=11,
+                 f"iteration(s), {view}", fontsize=11,
                  y=1 - 0.12 / height)
     tasks = [t for t in TASK_NAMES if any(s.task == t for s in trace.spans)]
     handles = [Patch(fc=task_colour(t), label=t) for t in tasks]

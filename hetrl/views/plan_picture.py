@@ -1,6 +1,7 @@
 """A plan as a picture (``hetrl show``): regions as boxes, their nodes inside, each GPU a cell
-coloured by its task group; beside it a table of the tasks -- group, (dp, pp, tp), backend, data
-shares, layer split -- and the cross-region flows of one iteration (:mod:`hetrl.cost.flows`)
+painted by the tasks that run on it (one stripe per task: a GPU shared by co-located tasks shows
+each) and outlined in its task group's colour; beside it a table of the tasks -- group, (dp,
+pp, tp), its GPUs by type and region, backend, data shares, layer split -- and the cross-region flows of one iteration (:mod:`hetrl.cost.flows`)
 drawn as arrows between region boxes, labelled with their bytes.
 
 Drawn with matplotlib's object API on an Agg canvas (no display, no pyplot state). The picture
@@ -12,11 +13,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from hetrl.cost.details import where_task_runs, where_text
 from hetrl.cost.flows import FLOW_KINDS, human_bytes, iteration_flows, region_flows
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
+from hetrl.views.gantt import task_colour
 
 SIZE_IN = (16.0, 9.0)
 DPI = 100
@@ -97,6 +100,12 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
 
     colours = group_colours(len(plan.groups))
     group_of_device = {d: gi for gi, g in enumerate(plan.groups) for d in g.devices}
+    # each GPU is painted by the tasks that run on it (a stripe per task, in workload order)
+    order = {t: i for i, t in enumerate(workload.task_names)}
+    tasks_on: dict[int, list[str]] = {}
+    for p in sorted(plan.placements, key=lambda p: order.get(p.task, len(order))):
+        for d in sorted({d for replica in p.devices for stage in replica for d in stage}):
+            tasks_on.setdefault(d, []).append(p.task)
 
     # --- geometry: regions in a grid, nodes stacked inside, cells in rows of CELLS_PER_ROW ---
     regions = cluster.regions
@@ -137,11 +146,17 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
                     cx = x0 + 0.5 + c % CELLS_PER_ROW
                     cy = y - 1 - c // CELLS_PER_ROW
                     gi = group_of_device.get(d)
-                    ax.add_patch(Rectangle((cx + 0.05, cy + 0.05), 0.9, 0.9, zorder=2,
-                                           fc=colours[gi] if gi is not None else "white",
-                                           ec="0.4", lw=0.6))
+                    on = tasks_on.get(d, [])
+                    for k, t in enumerate(on):  # one vertical stripe per task on this GPU
+                        ax.add_patch(Rectangle((cx + 0.05 + 0.9 * k / len(on), cy + 0.05),
+                                               0.9 / len(on), 0.9, zorder=2,
+                                               fc=task_colour(t), ec="none"))
+                    ax.add_patch(Rectangle((cx + 0.05, cy + 0.05), 0.9, 0.9, zorder=2.5,
+                                           fill=not on, fc="white",
+                                           ec=colours[gi] if gi is not None else "0.4",
+                                           lw=1.4 if gi is not None else 0.6))
                     ax.text(cx + 0.5, cy + 0.5, str(d), fontsize=5.5, ha="center", va="center",
-                            zorder=3, color="black" if gi is None else "white")
+                            zorder=3, color="black" if not on else "white")
                 y -= node_rows[n.name] + 0.45
         y_top -= row_h[ri] + gap_y
     ax.set_xlim(-0.5, cols * (box_w + gap_x) - gap_x + 0.5)
@@ -182,7 +197,11 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
             extra = [x for x in (p.backend if p.backend != "megatron" else "",
                                  "offload" if p.offload else "", layers_text(p)) if x]
             lines.append((f"  {t}: (dp, pp, tp) = ({p.dp}, {p.pp}, {p.tp})"
-                          f"{' ' + ', '.join(extra) if extra else ''}", {}))
+                          f"{' ' + ', '.join(extra) if extra else ''}",
+                          {"color": task_colour(t), "weight": "bold"}))
+            where = where_text(where_task_runs(p, cluster))
+            where = where if len(where) <= 52 else where[:49] + "..."
+            lines.append((f"      on {where}", {"color": "0.2"}))
             lines.append((f"      data shares: {shares_text(p)}", {"color": "0.35"}))
     totals = {k: sum(v.get(k, 0.0) for v in between.values()) for k in FLOW_KINDS}
     lines.append(("", {}))
@@ -204,7 +223,10 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
     for i, (text, style) in enumerate(lines):
         side.text(0.0, 1.0 - i * step, text, fontsize=size, va="top", family="monospace",
                   transform=side.transAxes, **style)
-    handles = [Patch(fc=c, label=f"group {i}") for i, c in enumerate(colours)]
+    handles = [Patch(fc=task_colour(t), label=t) for t in workload.task_names
+               if any(t in on for on in tasks_on.values())]
+    handles += [Patch(fc="white", ec=c, lw=1.4, label=f"group {i} (outline)")
+                for i, c in enumerate(colours)]
     handles.append(Patch(fc="white", ec="0.4", label="unused"))
     fig.legend(handles=handles, loc="lower left", fontsize=8, ncol=min(len(handles), 8),
                bbox_to_anchor=(0.01, 0.0), frameon=False)

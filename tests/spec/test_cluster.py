@@ -242,7 +242,7 @@ def _link(**change):
     (_link(b="x"), "region_links[0].b", "must differ from a"),
     ({**TWO, "region_links": []}, "region_links", "topology is disconnected"),
     ({**ONE, "regions": "gcp"}, "regions", "only built-in region matrix is 'aws'"),
-    ({**ONE, "regions": "aws"}, "regions", "not in the AWS matrix"),
+    ({**ONE, "regions": "aws"}, "nodes[0].region", "not an AWS region code"),
     ({**ONE, "network": {"edge_bandwidth_gbps": 0}}, "network.edge_bandwidth_gbps", "> 0"),
     ({**ONE, "network": {"intra_zone_latency_ms": 5000}}, "network.intra_zone_latency_ms",
      "units: milliseconds"),
