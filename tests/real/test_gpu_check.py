@@ -86,3 +86,15 @@ def test_cpu_quick_mode_runs_every_step(tmp_path, capsys):
     assert summary["wall_s"] < 300
     out = capsys.readouterr().out
     assert "gpu_check: ok" in out and "actor_training" in out
+
+
+def test_a_failed_tp_attempt_is_an_error_not_a_hang(tmp_path):
+    """An attempt whose ranks fail returns one error line (the step then tries the next way)."""
+    from real.gpu_check_tp import attempts, run_attempt
+
+    assert attempts("cuda", 1) == ["cuda-gloo", "cpu-gloo"]
+    assert attempts("cuda", 2) == ["cuda-nccl", "cpu-gloo"] and attempts("cpu", 0) == ["cpu-gloo"]
+    start = time.time()
+    res = run_attempt("no-such-mode", tmp_path, True, 0, 60)
+    assert res["error"].startswith("no-such-mode: a rank exited with status [2, ")
+    assert time.time() - start < 30
