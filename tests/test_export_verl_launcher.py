@@ -9,6 +9,7 @@ import json
 import os
 import runpy
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,12 @@ from tests.test_export_verl import HOSTILE, _pools, verl_installed  # noqa: F401
 WORKLOAD = "qwen3-4b-ppo-async"
 
 
-def _export(capsys, tmp_path: Path, names: list[str], model_path: str | None = None,
-            workload_name: str | None = None) -> tuple[Path, dict, str]:
+def _export(capsys, tmp_path: Path, names: list[str], actor_path: str | None = None,
+            workload_name: str | None = None, models: bool = False) -> tuple[Path, dict, str]:
     """Export an async plan on three 2-GPU nodes named ``names``: generation on the first,
     the reward model on the second, the rest on the third (so Ray's own order would not do).
+    ``models``: each model's path a local stand-in (tests/verl_accept.py; the actor's at
+    ``actor_path``, relative to ``tmp_path``) that verl's checks load without a download.
     Returns (the launcher, its data, the command's stdout)."""
     wl = WORKLOAD
     if workload_name is not None:
@@ -42,7 +45,15 @@ def _export(capsys, tmp_path: Path, names: list[str], model_path: str | None = N
                                          (("reward_inference",), (2, 3), 1), (rest, (4, 5), 1)]),
               tmp_path / "p.json")
     launcher = tmp_path / "run_plan.py"
-    extra = ("--model-path", f"actor={model_path}") if model_path else ()
+    extra = []
+    if models:
+        from tests.verl_accept import fake_model
+
+        for role in ("actor", "critic", "reward"):
+            where = tmp_path / (actor_path if role == "actor" and actor_path else role)
+            fake_model(where, workload.model(role), "qwen3")
+            path = actor_path if role == "actor" and actor_path else str(where)
+            extra += ["--model-path", f"{role}={path}"]
     code, out, err = run(capsys, "export", "--to", "verl", "-w", wl, "-c", cluster_file, "-p",
                          tmp_path / "p.json", "--out", tmp_path / "o.yaml", "--launcher",
                          launcher, "--max-slowdown", "100", *extra)
@@ -79,13 +90,14 @@ def test_launcher_is_for_verl_only_and_beside_its_data(capsys, tmp_path):
         verl_launcher.check_paths(tmp_path / "o.py", tmp_path / "o.json")
 
 
-def test_hostile_names_are_data_and_run_nothing(capsys, tmp_path, verl_installed):
+@pytest.mark.usefixtures("verl_installed")
+def test_hostile_names_are_data_and_run_nothing(capsys, tmp_path):
     """Workload, cluster and node names and a model path holding quotes, $(...), backticks,
     ';': the launcher is still the template, and running its ``main`` (the trainer stubbed)
     gives verl each value unchanged and runs nothing else."""
     names = HOSTILE[:3]
-    launcher, data, _ = _export(capsys, tmp_path, names, model_path=HOSTILE[3],
-                                workload_name=f"w {HOSTILE[5]}")
+    launcher, data, _ = _export(capsys, tmp_path, names, actor_path=HOSTILE[3],
+                                workload_name=f"w {HOSTILE[5]}", models=True)
     assert launcher.read_text() == verl_launcher.TEMPLATE.read_text()
     assert [n["name"] for n in data["nodes"]] == names
     seen = []
@@ -100,12 +112,12 @@ def test_hostile_names_are_data_and_run_nothing(capsys, tmp_path, verl_installed
     assert seen[0].actor_rollout_ref.model.path == HOSTILE[3]
 
 
-def test_main_composes_verl_config_and_pins_the_trainer_pools(capsys, tmp_path,
-                                                              verl_installed):
+@pytest.mark.usefixtures("verl_installed")
+def test_main_composes_verl_config_and_pins_the_trainer_pools(capsys, tmp_path):
     """``main`` composes the exported config (the plan's pools) and hands it to the trainer;
     the pinned trainer swaps its ResourcePoolManager for the pinned one, and refuses
     overrides that change a pool."""
-    launcher, data, _ = _export(capsys, tmp_path, ["n0", "n1", "n2"])
+    launcher, data, _ = _export(capsys, tmp_path, ["n0", "n1", "n2"], models=True)
     mod = runpy.run_path(str(launcher), run_name="run_plan")
     seen = []
     mod["main"](["trainer.total_epochs=1"], run=lambda config, d: seen.append((config, d)))
@@ -137,8 +149,8 @@ def test_main_composes_verl_config_and_pins_the_trainer_pools(capsys, tmp_path,
         wrong._init_resource_pool_mgr()
 
 
-def test_pools_land_on_the_plan_nodes_of_a_3_node_ray_cluster(capsys, tmp_path,
-                                                              verl_installed):
+@pytest.mark.usefixtures("verl_installed")
+def test_pools_land_on_the_plan_nodes_of_a_3_node_ray_cluster(capsys, tmp_path, monkeypatch):
     """A local Ray cluster of three nodes (2 emulated GPUs each, each started with the node
     resources of its ``ray start`` line): the launcher's pools' placement groups, and a
     standalone rollout replica's, land on the plan's nodes."""
@@ -148,21 +160,21 @@ def test_pools_land_on_the_plan_nodes_of_a_3_node_ray_cluster(capsys, tmp_path,
 
     launcher, data, _ = _export(capsys, tmp_path, ["n0", "n1", "n2"])
     mod = runpy.run_path(str(launcher), run_name="run_plan")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    temp = Path(f"/tmp/rl-{os.getuid()}")  # (short: Ray's socket paths)
+    (temp / "ray").mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
     if ray.is_initialized():
         ray.shutdown()
-    # (the last node first: the head is where Ray would put a pool unpinned)
-    nodes = list(reversed(data["nodes"]))
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 8, "num_gpus": 2, "resources": nodes[0]["resources"],
-        "object_store_memory": 100 * 1024**2, "include_dashboard": False,
-        "_temp_dir": f"/tmp/rl-{os.getuid()}"})
+    # (n0, the head, is where Ray puts the first pool, global_pool, unpinned: the plan's is n2)
+    nodes = data["nodes"]
+    cluster = Cluster()
     try:
-        ids = {nodes[0]["name"]: cluster.head_node.node_id}
-        for node in nodes[1:]:
+        ids = {}
+        for node in nodes:
             ids[node["name"]] = cluster.add_node(
                 num_cpus=8, num_gpus=2, resources=node["resources"],
-                object_store_memory=100 * 1024**2).node_id
+                object_store_memory=100 * 1024**2, include_dashboard=False).node_id
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
         index = {verl_launcher.node_resource(n["index"]): n["name"] for n in nodes}
@@ -175,6 +187,10 @@ def test_pools_land_on_the_plan_nodes_of_a_3_node_ray_cluster(capsys, tmp_path,
                     for pg in pgs] == [{w} for w in want], name
         for pg in manager.resource_pool_dict["rollout_pool"].get_placement_groups():
             remove_placement_group(pg)
+        for _ in range(100):  # (freed asynchronously)
+            if ray.available_resources().get("GPU", 0) >= 2:
+                break
+            time.sleep(0.1)
         replica = mod["resource_pool_manager"](data, {"rollout_pool_0": [2]}, None, 2)
         replica.create_resource_pool()
         pg, = replica.resource_pool_dict["rollout_pool_0"].get_placement_groups()

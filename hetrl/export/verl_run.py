@@ -72,8 +72,6 @@ def pins_of(data: dict, pool: str, n_groups: int) -> list[dict[str, float]]:
 def _pool_classes():
     """verl's pool classes, subclassed to pin (imported late: importing this file runs
     nothing)."""
-    from dataclasses import dataclass, field
-
     from ray.util.placement_group import placement_group
     from verl.plugin.platform import get_platform
     from verl.single_controller.ray.base import (
@@ -111,11 +109,12 @@ def _pool_classes():
             self.pgs = sort_placement_group_by_node_ip(pgs)
             return self.pgs
 
-    @dataclass
     class PinnedResourcePoolManager(ResourcePoolManager):
         """verl's ResourcePoolManager whose pools are pinned to the plan's nodes (``data``)."""
 
-        data: dict = field(default_factory=dict)
+        def __init__(self, *args, data: dict | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.data = data or {"pins": {}}
 
         def create_resource_pool(self):
             for name, process_on_nodes in self.resource_pool_spec.items():
