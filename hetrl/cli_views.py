@@ -93,6 +93,11 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--closest-plan", type=output_path("--closest-plan"),
                    help="also write the closest verl plan as a hetrl plan (JSON/YAML)")
     p.add_argument("--params", help="cost-model parameters YAML (for the two estimates)")
+    p.add_argument("--launcher", type=output_path("--launcher"), metavar="PATH",
+                   help="verl only: also write a Python entry point (PATH, and its data beside "
+                   "it, PATH with .json) that starts verl's trainer with the overrides and each "
+                   "resource pool pinned to the plan's nodes (Ray node resources; the export "
+                   "prints each node's `ray start` line)")
     p.add_argument("--model-path", action="append", type=_role_path, default=[],
                    metavar="ROLE=PATH", help="where the framework loads ROLE's model (actor, "
                    "critic, reward; openrlhf: also a rule reward's reward_func file): a Hugging "
@@ -143,10 +148,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from hetrl.cli_cost import load_params
     from hetrl.cost.model import CostModel
     from hetrl.errors import SpecError
-    from hetrl.export import safe, verl
+    from hetrl.export import safe, verl, verl_launcher
     from hetrl.io import load_cluster, load_workload, save_plan, write_text_atomic
 
     if args.to == "openrlhf":
+        if args.launcher:
+            raise OptionError("--launcher", args.launcher, "is for --to verl only (the OpenRLHF "
+                              "export is a launch script already)")
         from hetrl.cli_openrlhf import export_openrlhf
 
         return export_openrlhf(args)
@@ -179,7 +187,15 @@ def cmd_export(args: argparse.Namespace) -> int:
               "", "What verl cannot express, and how the exported plan differs:"]
     header += [f"  - {d}" for d in diffs] or ["  (nothing: the plan is a verl plan)"]
     header += ["", "The command line:"] + verl.command_line(flat, layout.strategy).splitlines()
+    launcher = None
+    if args.launcher:
+        verl_launcher.check_paths(args.launcher, args.out, args.closest_plan)
+        launcher = verl_launcher.launcher_data(layout, cluster, flat, pools)
     write_text_atomic(args.out, verl.render(flat, pools, header), "--out")
+    if launcher is not None:
+        code, data_text = verl_launcher.launcher_files(launcher)
+        write_text_atomic(verl_launcher.data_path(args.launcher), data_text, "--launcher")
+        write_text_atomic(args.launcher, code, "--launcher", executable=True)
     if args.closest_plan:
         save_plan(stamped(closest, args, workload, cluster), args.closest_plan,
                   "--closest-plan")
@@ -188,12 +204,19 @@ def cmd_export(args: argparse.Namespace) -> int:
             verl.CUSTOM_SECTION: pools, "differences": diffs,
             "iteration_s": {"plan": ours.iteration_s, "closest_verl_plan": theirs.iteration_s},
             "feasible": {"plan": ours.feasible, "closest_verl_plan": theirs.feasible},
-            "ratio": ratio, "closest_plan": args.closest_plan}
+            "ratio": ratio, "closest_plan": args.closest_plan,
+            "launcher": None if launcher is None else {
+                "path": str(args.launcher), "data": str(verl_launcher.data_path(args.launcher)),
+                "nodes": launcher["nodes"]}}
     text = [f"wrote {args.out}: {len(flat)} verl {verl.VERL_VERSION} overrides "
             f"({verl.CONFIG_NAMES[layout.strategy]}), pools "
             + ", ".join(f"{p.name} {len(p.nodes)}x{p.gpus_per_node}" for p in layout.pools),
             f"  hetrl plan:        {seconds_text(ours)}",
             f"  closest verl plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's"]
     text += [f"  differs: {d}" for d in diffs]
+    if launcher is not None:
+        text += [f"wrote {args.launcher} (and {verl_launcher.data_path(args.launcher)}): run it "
+                 "on the head node once Ray runs on each node with its pool pins:"]
+        text += [f"  {line}" for line in verl_launcher.ray_start_lines(launcher)]
     emit(args, data, "\n".join(text))
     return 0

@@ -36,7 +36,9 @@ onto that (docs/users.md, "Export to verl"):
 A custom section, ``hetrl_resource_pools``, writes those pools as verl's
 ``ResourcePoolManager(resource_pool_spec, mapping)`` arguments and the nodes each pool should
 hold: verl's config has no key for them (the trainer builds them in code) nor for which nodes a
-pool takes (Ray places it), so verl does not read that section.
+pool takes (Ray places it), so verl does not read that section; ``--launcher``
+(:mod:`hetrl.export.verl_launcher`) writes an entry point that builds those pools on the plan's
+nodes.
 
 verl builds the reference only when ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward`` is
 set: the workload's ``kl`` (loss, reward, none) sets them. The keys and the file are

@@ -273,6 +273,7 @@ def render(flat: Mapping[str, Any], pools: Mapping[str, Any], header: list[str])
     note = ["", f"# {CUSTOM_SECTION}: NOT a verl key (verl does not read it). verl's trainer "
             "builds", "# ResourcePoolManager(resource_pool_spec, mapping) in code from the keys "
             "above;", "# this section writes those arguments out, and the nodes and devices each "
-            "pool", "# should hold (Ray places pools itself). `hetrl export` reads it back to "
-            "rebuild", "# the closest plan."]
+            "pool", "# should hold (Ray places pools itself: `hetrl export --launcher` writes an "
+            "entry", "# point that pins them). `hetrl export` reads it back to rebuild the "
+            "closest plan."]
     return "\n".join(lines) + "\n" + body + "\n".join(note) + "\n" + custom
