@@ -4,6 +4,7 @@ config): thin over :mod:`hetrl.views` and :mod:`hetrl.export`."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from hetrl.cli import (
     allow_mismatch_option,
@@ -11,7 +12,6 @@ from hetrl.cli import (
     emit,
     load_plan_for,
     output_path,
-    positive_float,
     stamped,
 )
 from hetrl.errors import OptionError
@@ -103,11 +103,19 @@ def _export_args(p: argparse.ArgumentParser) -> None:
                    "critic, reward; openrlhf: also a rule reward's reward_func file): a Hugging "
                    "Face id or a directory; repeatable (default: the built-in model's Hugging "
                    "Face id)")
-    p.add_argument("--max-slowdown", type=positive_float("--max-slowdown"), default=1.5,
+    p.add_argument("--max-slowdown", type=_slowdown_limit, default=1.5,
                    help="refuse (exit 2) when the closest plan the framework runs is more than "
                    "this many times the plan's iteration time, or does not fit where the plan "
-                   "does (default 1.5)")
+                   "does (default 1.5; inf: export it whatever it is)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _slowdown_limit(value: str) -> float:
+    """``--max-slowdown``: a number > 0, or inf (no limit)."""
+    from hetrl.cli import _number_type
+
+    return _number_type("--max-slowdown", float, lambda x: x > 0,
+                        "must be a number > 0 (inf: no limit)")(value)
 
 
 def _role_path(value: str) -> tuple[str, str]:
@@ -123,6 +131,8 @@ def close_enough(ours, theirs, ratio: float, most: float, diffs: list[str]) -> N
     more than ``most`` times slower."""
     from hetrl.errors import SpecError
 
+    if math.isinf(most):  # --max-slowdown inf: export whatever the closest plan is
+        return
     why = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
     if ours.feasible and not theirs.feasible:
         raise SpecError("--max-slowdown", most, "the closest plan the framework runs does not "
