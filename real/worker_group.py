@@ -152,32 +152,6 @@ class WorkerGroup:
             out.setdefault(d, {})[task] = st
         return out
 
-    def pipeline(self, task: str, it: int, micro: list[tuple[Any, Any]], scales: list[float],
-                 devs: tuple[int, ...], data_sources: dict[int, float],
-                 loss_weight: dict[Any, float]) -> dict[Any, Job]:
-        """GPipe over the stage workers ``devs``: all forwards, then all backwards; the first
-        stage receives the replica's rollout data from ``data_sources`` (device -> bytes). Each
-        micro-batch's loss is scaled by ``scales``; ``loss_weight`` gets, per last-stage forward
-        (whose result is that micro-batch's loss), its scale."""
-        jobs: dict[Any, Job] = {}
-        last = len(devs) - 1
-        for m, (mb, ext) in enumerate(micro):
-            x, src = mb.input_ids, None
-            for s, d in enumerate(devs):
-                x = self.workers[d].stage_forward.remote(task, it, m, x, mb, ext if s == last else None,
-                                                         src, scales[m], data_sources if m == 0 else None)
-                src = d
-            jobs[x] = (devs[-1], task, it)
-            loss_weight[x] = scales[m]
-        for m in range(len(micro)):
-            g, src = None, None
-            for s in range(last, -1, -1):
-                d = devs[s]
-                g = self.workers[d].stage_backward.remote(task, it, m, g, src)
-                src = d
-            jobs[g] = (devs[0], task, it)
-        return jobs
-
     # --- results and diagnosis ---
     def get(self, refs: Mapping[Any, Job], timeout_s: float | None = None) -> list[Any]:
         """Results of ``refs`` (ref -> (device, task, iteration)) in order, taken as they finish.
