@@ -121,16 +121,16 @@ def run_torch(workload: Any, cluster: Any, iterations: int, seed: int,
     from real.profile import device_sync
     from real.runner import RealRun, RunConfig
     from real.worker import DeviceWorker
+    from real.worker_spec import worker_specs
 
     plan = colocated_plan(workload, cluster)
     config = RunConfig(iterations=iterations, seed=seed, device=device.split(":")[0],
                        emulate_network=False,
                        emulate_speed=False)
     run = RealRun(workload, cluster, plan, config)
-    models = {role: shape.to_dict() for role, shape in workload.models}
     t0 = time.time()
-    worker = DeviceWorker(0, cluster.to_dict(), run.tasklets, models, run.algo, seed, t0,
-                          emulate_network=False, emulate_speed=False, torch_device=device)
+    spec = worker_specs(workload, cluster, run.tasklets, run.algo, config, t0)[0]
+    worker = DeviceWorker(replace(spec, torch_device=device))
     worker.setup()
     spans: list[Any] = []
     iters: list[tuple[float, float]] = []

@@ -12,13 +12,14 @@ of iteration >= i - k. Every tasklet, transfer and collective becomes a span of 
 weights and optimizer states, trace so far) is written; ``resume`` continues from it.
 
 The parts: ``real.config`` (what to run, what comes back, the checks before Ray starts),
-``real.worker_group`` (the Ray actors: start, call, wait, diagnose, stop), ``real.checkpoint``
-(the checkpoint file); this module drives the steps of an iteration.
+``real.worker_spec`` (what each worker is given), ``real.worker_group`` (the Ray actors: start,
+call, wait, diagnose, stop), ``real.training`` (one dispatcher per way a task trains: single
+stage, GPipe, Megatron grid), ``real.checkpoint`` (the checkpoint file); this module drives the
+steps of an iteration.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ from real.data import prompt_text, read_jsonl, reward_fn
 from real.engines.base import make_batch
 from real.placement import megatron_grids, sync_sources, tasklets
 from real.tokenizer import ByteTokenizer
+from real.training import ReplicaInput, dispatcher, train_step
 from real.worker_group import RunError, WorkerGroup, where
 
 __all__ = ["RealRun", "RunConfig", "RunError", "RunResult", "run_plan"]
@@ -79,6 +81,8 @@ class RealRun:
         self.grids = megatron_grids(plan, workload, dict(config.engines))
         self.workers = WorkerGroup(workload, cluster, plan, self.tasklets, config.checkpoint_dir,
                                    self.grids)
+        self.trainers = {task: dispatcher(self.workers, plan.placement(task), task in self.grids)
+                         for task in TRAINING_TASKS if task in workload.task_names}
         self.state = RunState()
         self._sync_sources: dict[tuple[str, str], dict[int, list[int]]] = {}
         self._later: list[Span] = []  # drained spans of iterations not finished yet
@@ -188,77 +192,29 @@ class RealRun:
 
     def _training(self, it: int, batch: Any, extras: dict[str, Any], home: list[int],
                   train_bytes: list[float]) -> dict[str, float]:
-        """Every training task: replicas and stages in parallel, then all-reduce and step."""
-        jobs: dict[Any, tuple[int, str, int]] = {}
-        reduces: dict[Any, tuple[int, str, int]] = {}
-        replica_of: dict[Any, int] = {}
-        loss_weight: dict[Any, float] = {}
-        steps: dict[Any, tuple[int, str, int]] = {}
-        mbs = self.workload.micro_batch_size
-        for task in TRAINING_TASKS:
-            if task not in self.workload.task_names:
-                continue
-            p = self.plan.placement(task)
-            role_keys = (*(("ref_logp",) if "ref_logp" in extras else ()), "advantages") \
-                if task == "actor_training" else ("returns", "old_values")
-            if task == "actor_training" and "old_logp" in extras:
-                role_keys += ("old_logp",)
-            total = float(batch.response_mask.sum()) or 1.0
-            for r, idx in enumerate(self._split(task, batch.input_ids.shape[0])):
-                micro = [(batch.select(c), {k: extras[k][c] for k in role_keys})
-                         for c in _chunks(idx, mbs)]
-                scales = [mb.num_response_tokens / total for mb, _ in micro]
-                if task in self.grids:  # megatron: every rank of the replica in one step
-                    import ray
+        """Every training task: replicas and stages in parallel, then all-reduce and step
+        (:func:`real.training.train_step`, one dispatcher per task)."""
+        total = float(batch.response_mask.sum()) or 1.0
+        inputs = [(self.trainers[task], self._replica_inputs(task, batch, extras, home,
+                                                               train_bytes, total))
+                  for task in TRAINING_TASKS if task in self.trainers]
+        return train_step(self.workers, it, inputs)
 
-                    shared = ray.put(micro)  # one copy in the object store for all ranks
-                    for s, stage in enumerate(p.devices[r]):
-                        for d in stage:
-                            data = self._sources(idx, home, train_bytes) if s == 0 else {}
-                            ref = self.workers[d].train_grid.remote(task, it, shared, scales, data)
-                            jobs[ref] = (d, task, it)
-                    continue
-                stage_devs = tuple(s[0] for s in p.devices[r])
-                group = f"{task}/stage0" if p.dp > 1 else None
-                group_devs = tuple(rr[0][0] for rr in p.devices)
-                if p.pp == 1:
-                    d = stage_devs[0]
-                    ref = self.workers[d].train.remote(task, it, micro, scales,
-                                                       self._sources(idx, home, train_bytes),
-                                                       group, group_devs)
-                    jobs[ref] = (d, task, it)
-                    continue
-                jobs.update(self.workers.pipeline(task, it, micro, scales, stage_devs,
-                                                  self._sources(idx, home, train_bytes),
-                                                  loss_weight))
-            if p.pp > 1 and task not in self.grids:
-                for r in range(p.dp):
-                    for s in range(p.pp):
-                        d = p.devices[r][s][0]
-                        group = f"{task}/stage{s}" if p.dp > 1 else None
-                        ref = self.workers[d].stage_reduce.remote(
-                            task, it, group, tuple(rr[s][0] for rr in p.devices))
-                        reduces[ref] = (d, task, it)
-                        replica_of[ref] = r
-        stats: dict[str, float] = {}
-        results = self.workers.get(jobs)
-        # pipelined replicas: clip by the whole model's norm (sum of the stages' squares)
-        norms: dict[tuple[str, int], float] = {}
-        for ref, sq in zip(reduces, self.workers.get(reduces), strict=True):
-            key = (reduces[ref][1], replica_of[ref])
-            norms[key] = norms.get(key, 0.0) + sq
-        for ref, (d, task, _) in reduces.items():
-            norm = math.sqrt(norms[(task, replica_of[ref])])
-            steps[self.workers[d].stage_step.remote(task, it, norm)] = (d, task, it)
-        self.workers.get(steps)
-        for ref, res in zip(jobs, results, strict=True):
-            task = jobs[ref][1]
-            if isinstance(res, dict):  # a whole-model replica's share-weighted statistics
-                for k, v in res.items():
-                    stats[f"{task}/{k}"] = stats.get(f"{task}/{k}", 0.0) + v
-            elif ref in loss_weight:  # a pipeline's last stage: one micro-batch's loss
-                stats[f"{task}/loss"] = stats.get(f"{task}/loss", 0.0) + res * loss_weight[ref]
-        return stats
+    def _replica_inputs(self, task: str, batch: Any, extras: dict[str, Any], home: list[int],
+                        train_bytes: list[float], total: float) -> list[ReplicaInput]:
+        """Each replica's micro-batches of ``task`` (its rows by the plan's data shares, in
+        micro_batch_size chunks), with the extras its role trains on, each micro-batch's share
+        of the batch's ``total`` response tokens, and its rollout data's sources."""
+        keys = (*(("ref_logp",) if "ref_logp" in extras else ()), "advantages",
+                *(("old_logp",) if "old_logp" in extras else ())) \
+            if task == "actor_training" else ("returns", "old_values")
+        out = []
+        for r, idx in enumerate(self._split(task, batch.input_ids.shape[0])):
+            micro = [(batch.select(c), {k: extras[k][c] for k in keys})
+                     for c in _chunks(idx, self.workload.micro_batch_size)]
+            out.append(ReplicaInput(r, micro, [mb.num_response_tokens / total for mb, _ in micro],
+                                    self._sources(idx, home, train_bytes)))
+        return out
 
     def _sync(self, it: int, src_task: str, dst_task: str, span_task: str) -> list[tuple[Any, int]]:
         """Submit the pull of ``src_task``'s weights into every replica of ``dst_task``: each stage

@@ -16,14 +16,11 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.model import ModelShape
 from hetrl.trace import Span
 from real.network import NetworkEmulator, wait
-from real.placement import Tasklet
+from real.worker_spec import WorkerSpec
 
-#: Seed offsets per role: the reference starts as an exact copy of the actor (same seed).
-ROLE_SEED = {"actor": 0, "reference": 0, "critic": 1, "reward": 2}
 #: The inference engine's method per role: reference and actor (old) log-probs, critic values,
 #: reward scores.
 INFERENCE_METHOD = {"reference": "log_probs", "actor": "log_probs", "critic": "values",
@@ -67,31 +64,22 @@ def digest(state: Mapping[str, Any]) -> str:
 
 
 class DeviceWorker:
-    """The worker of device ``device``; wrap with ``ray.remote`` (see ``real.runner``)."""
+    """The worker of ``spec.device`` (:class:`real.worker_spec.WorkerSpec`, built on the
+    driver); wrap with ``ray.remote`` (see ``real.worker_group``)."""
 
-    def __init__(self, device: int, cluster: Mapping[str, Any], tasklets: Sequence[Tasklet],
-                 models: Mapping[str, Mapping[str, Any]], algo: Any, seed: int, t0: float,
-                 emulate_network: bool = True, emulate_speed: bool = True,
-                 torch_device: str = "cpu", kill_at: tuple[str, int] | None = None,
-                 engines: Mapping[str, str] | None = None,
-                 grids: Mapping[str, Any] | None = None):
+    def __init__(self, spec: WorkerSpec):
         import torch
 
         torch.set_num_threads(1)
-        self.device = device
-        self.cluster = ClusterSpec.from_dict(cluster)
-        self.net = NetworkEmulator(self.cluster, emulate_network, emulate_speed)
-        self.slowdown = self.net.slowdown(device)
-        self.tasklets = {t.task: t for t in tasklets}
-        self.models = {role: ModelShape.from_dict(m) for role, m in models.items()}
-        self.algo = algo
-        self.seed = seed
-        self.t0 = t0
-        self.torch_device = torch_device
-        self.kill_at = kill_at
-        self.engine_names = dict(engines or {})  # task kind -> engine name (default torch)
+        self.spec = spec
+        self.device = spec.device
+        self.net = NetworkEmulator(spec.cluster, spec.emulate_network, spec.emulate_speed)
+        self.slowdown = self.net.slowdown(spec.device)
+        self.tasklets = spec.tasklets  # task -> this device's tasklet
+        self.grids = spec.grids  # task -> MegatronGrid of its megatron trainer
+        self.t0 = spec.t0
+        self.torch_device = spec.torch_device
         self.engines: dict[str, Any] = {}
-        self.grids = dict(grids or {})  # task -> MegatronGrid of its megatron trainer
         self.spans: list[Span] = []
         self.dist_groups: dict[str, Any] = {}
         self._iteration = -1  # of the training step in progress (for p2p transfer spans)
@@ -100,21 +88,18 @@ class DeviceWorker:
     def setup(self, states: Mapping[str, Mapping[str, Any]] | None = None) -> int:
         """Build every engine of this device (from ``states`` = task -> saved state when resuming);
         returns the worker's process id."""
-        from real.engines import DEFAULT_ENGINE, build_engine
+        from real.engines import build_engine
 
-        for task, t in self.tasklets.items():
-            spec = spec_from_shape(self.models[t.role])
-            seed = self.seed + ROLE_SEED[t.role]
+        for e in self.spec.engines:
+            t, task = e.tasklet, e.tasklet.task
             placement = {}
-            if task in self.grids:  # a megatron trainer: its rank in the task's grid
-                placement = {"grid": self.grids[task], "device_id": self.device,
-                             "groups": self.dist_groups,
+            if e.grid is not None:  # a megatron trainer: its rank in the task's grid
+                placement = {"grid": e.grid, "device_id": self.device, "groups": self.dist_groups,
                              "on_receive": functools.partial(self._stage_receive, task)}
-            engine = build_engine(t.kind, self.engine_names.get(t.kind, DEFAULT_ENGINE), t.role,
-                                  spec, seed, self.torch_device, self.algo,
-                                  stage=t.stage if t.stages > 1 else None,
-                                  stages=list(t.boundaries) if t.stages > 1 else None, **placement)
-            self.engines[task] = engine
+            self.engines[task] = build_engine(
+                t.kind, e.engine, t.role, spec_from_shape(e.model), e.seed, self.torch_device,
+                self.spec.algo, stage=t.stage if t.stages > 1 else None,
+                stages=list(t.boundaries) if t.stages > 1 else None, **placement)
             if states and task in states:
                 self._load_state(task, states[task])
         return os.getpid()
@@ -152,7 +137,7 @@ class DeviceWorker:
         return out
 
     def _enter(self, task: str, it: int) -> None:
-        if self.kill_at is not None and self.kill_at == (task, it):
+        if self.spec.kill_at is not None and self.spec.kill_at == (task, it):
             os._exit(17)  # fault injection: this device dies at the start of its tasklet
 
     def _receive(self, task: str, it: int, sources: Mapping[int, float],

@@ -17,17 +17,18 @@ from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 from hetrl.trace import Span
+from real.algos import AlgoConfig
 from real.config import RunConfig
 from real.engines.megatron_parallel import MegatronGrid
 from real.placement import (
     Tasklet,
-    by_device,
     device_bundles,
     emulated_resources,
     missing_resources,
 )
 from real.ray_env import ensure_ray, free_port
 from real.worker import DeviceWorker
+from real.worker_spec import worker_specs
 
 #: Seconds a worker may take to start and build its engines (imports of torch and transformers
 #: take tens of seconds on a loaded 2-core machine).
@@ -78,11 +79,12 @@ class WorkerGroup:
         return self.workers[device]
 
     # --- life cycle ---
-    def start(self, t0: float, algo: Any, config: RunConfig,
+    def start(self, t0: float, algo: AlgoConfig, config: RunConfig,
               states: Mapping[int, Mapping[str, Any]] | None) -> None:
         """Create the placement group, one worker per device, the world with the torch
         trainers' DP groups and the megatron trainers' grid groups, then every engine (trainers
-        restored from ``states`` = device -> task -> saved state)."""
+        restored from ``states`` = device -> task -> saved state). ``t0``: the run's epoch
+        (``time.time()``, s); each worker gets its :class:`real.worker_spec.WorkerSpec`."""
         gpu = config.device == "cuda"
         ray = ensure_ray(None if gpu else emulated_resources(self.devices, self.cluster),
                          emulate=not gpu)
@@ -101,18 +103,12 @@ class WorkerGroup:
         self._pg = placement_group(bundles, strategy="PACK")
         ray.get(self._pg.ready(), timeout=60)
         remote = ray.remote(DeviceWorker)
-        per_device = by_device(self.tasklets)
-        models = {role: shape.to_dict() for role, shape in self.workload.models}
-        kill = config.kill_at
+        specs = worker_specs(self.workload, self.cluster, self.tasklets, algo, config, t0,
+                             self.grids)
         for i, d in enumerate(self.devices):
             opts = {"num_cpus": 0, "max_restarts": 0, "num_gpus": 1 if gpu else 0,
                     "scheduling_strategy": PlacementGroupSchedulingStrategy(self._pg, i)}
-            self.workers[d] = remote.options(**opts).remote(
-                d, self.cluster.to_dict(), per_device[d], models, algo, config.seed, t0,
-                config.emulate_network, config.emulate_speed, config.device,
-                (kill[0], kill[1]) if kill and kill[2] == d else None, dict(config.engines),
-                {task: g for task, g in self.grids.items()
-                 if any(d in s for r in g.devices for s in r)})
+            self.workers[d] = remote.options(**opts).remote(specs[d])
         groups = dp_groups(self.plan, self.workload, tuple(self.grids))
         for g in self.grids.values():
             groups.update(g.groups())
@@ -155,32 +151,6 @@ class WorkerGroup:
         for (d, task, _), st in zip(refs.values(), self.get(refs), strict=True):
             out.setdefault(d, {})[task] = st
         return out
-
-    def pipeline(self, task: str, it: int, micro: list[tuple[Any, Any]], scales: list[float],
-                 devs: tuple[int, ...], data_sources: dict[int, float],
-                 loss_weight: dict[Any, float]) -> dict[Any, Job]:
-        """GPipe over the stage workers ``devs``: all forwards, then all backwards; the first
-        stage receives the replica's rollout data from ``data_sources`` (device -> bytes). Each
-        micro-batch's loss is scaled by ``scales``; ``loss_weight`` gets, per last-stage forward
-        (whose result is that micro-batch's loss), its scale."""
-        jobs: dict[Any, Job] = {}
-        last = len(devs) - 1
-        for m, (mb, ext) in enumerate(micro):
-            x, src = mb.input_ids, None
-            for s, d in enumerate(devs):
-                x = self.workers[d].stage_forward.remote(task, it, m, x, mb, ext if s == last else None,
-                                                         src, scales[m], data_sources if m == 0 else None)
-                src = d
-            jobs[x] = (devs[-1], task, it)
-            loss_weight[x] = scales[m]
-        for m in range(len(micro)):
-            g, src = None, None
-            for s in range(last, -1, -1):
-                d = devs[s]
-                g = self.workers[d].stage_backward.remote(task, it, m, g, src)
-                src = d
-            jobs[g] = (devs[0], task, it)
-        return jobs
 
     # --- results and diagnosis ---
     def get(self, refs: Mapping[Any, Job], timeout_s: float | None = None) -> list[Any]:
