@@ -32,6 +32,25 @@ def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
     return series(*lo_line, 0, split) + series(*hi_line, split, k)
 
 
+def _prefill_flops(s: StageShape, tokens: float, sq_sum: float, prompts: float) -> float:
+    """FLOPs of prefilling ``prompts`` prompts of ``tokens`` tokens in all (``sq_sum``: the sum of
+    their squared lengths) on stage ``s``: the output head for one position per prompt."""
+    return (tokens * (s.matmul_flops_per_token - s.head_flops_per_token)
+            + prompts * s.head_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2)
+
+
+def _decode_lines(st: StageSpeed, batch: int, ctx_sum: float) -> tuple[float, float, float, float]:
+    """A decode step of ``batch`` sequences on stage ``st`` as two lines in the step index i
+    (seconds): HBM a_h + b_h i (weights + KV of the whole context) and FLOPs a_f + b_f i (dense
+    per sequence + attention), the contexts summing to ``ctx_sum`` tokens at i = 0."""
+    s = st.shape
+    a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
+    b_h = batch * s.kv_bytes_per_token / st.hbm_decode
+    a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
+    b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
+    return a_h, b_h, a_f, b_f
+
+
 @dataclass(frozen=True)
 class PrefillWork:
     """Prompt tokens still to prefill: their count, the sum of their prompts' squared lengths
@@ -102,8 +121,7 @@ class ReplicaOps:
         total = 0.0
         for st in self.stages:
             s = st.shape
-            fl = (prompt_tokens * (s.matmul_flops_per_token - s.head_flops_per_token)
-                  + prompts * s.head_flops_per_token + s.attn_flops_per_token_ctx * prompt_sq_sum / 2)
+            fl = _prefill_flops(s, prompt_tokens, prompt_sq_sum, prompts)
             total += max(fl / st.flops_infer, chunks * s.weight_bytes / st.hbm)
             total += chunks * 2 * s.layers * st.tp_allreduce(chunk_tok * self.h * self.bpv)
             total += chunks * s.layers * self.params.launch_overhead_s_per_layer
@@ -118,13 +136,7 @@ class ReplicaOps:
             return 0.0
         total = 0.0
         for st in self.stages:
-            s = st.shape
-            # HBM: weights + KV of the whole context; FLOPs: dense per sequence + attention
-            a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
-            b_h = batch * s.kv_bytes_per_token / st.hbm_decode
-            a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
-            b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
-            total += sum_max_affine(a_h, b_h, a_f, b_f, steps)
+            total += sum_max_affine(*_decode_lines(st, batch, ctx_sum), steps)
         total += steps * (self._decode_comm(batch) + self.step_overhead_s
                           + batch * self.params.decode_s_per_token)
         return total
@@ -146,14 +158,9 @@ class ReplicaOps:
         chunk = done / mixed
         total = 0.0
         for st in self.stages:
-            s = st.shape
-            pre_f = share * (prefill.tokens * (s.matmul_flops_per_token - s.head_flops_per_token)
-                             + prefill.prompts * s.head_flops_per_token
-                             + s.attn_flops_per_token_ctx * prefill.sq_sum / 2) / st.flops_infer
-            a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
-            b_h = batch * s.kv_bytes_per_token / st.hbm_decode
-            a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
-            b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
+            pre_f = share * _prefill_flops(st.shape, prefill.tokens, prefill.sq_sum,
+                                           prefill.prompts) / st.flops_infer
+            a_h, b_h, a_f, b_f = _decode_lines(st, batch, ctx_sum)
             total += sum_max_affine(a_h, b_h, a_f + pre_f / mixed, b_f, mixed)
             total += sum_max_affine(a_h + b_h * mixed, b_h, a_f + b_f * mixed, b_f, steps - mixed)
         total += mixed * self._decode_comm(batch + math.ceil(chunk))
