@@ -80,6 +80,11 @@ def positive_float(option: str, most: float | None = None) -> Callable[[str], fl
                         f"must be a finite number > 0 and <= {most:g}")
 
 
+def positive_float_or_inf(option: str) -> Callable[[str], float]:
+    """The argparse type of a limit option: a number > 0, or inf for no limit."""
+    return _number_type(option, float, lambda x: x > 0, "must be a number > 0 (inf: no limit)")
+
+
 def output_path(option: str) -> Callable[[str], str]:
     """The argparse type of an output file option: a path a file can be written to."""
     from hetrl.io import check_output_path

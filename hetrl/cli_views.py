@@ -12,6 +12,7 @@ from hetrl.cli import (
     emit,
     load_plan_for,
     output_path,
+    positive_float_or_inf,
     stamped,
 )
 from hetrl.errors import OptionError
@@ -103,19 +104,11 @@ def _export_args(p: argparse.ArgumentParser) -> None:
                    "critic, reward; openrlhf: also a rule reward's reward_func file): a Hugging "
                    "Face id or a directory; repeatable (default: the built-in model's Hugging "
                    "Face id)")
-    p.add_argument("--max-slowdown", type=_slowdown_limit, default=1.5,
+    p.add_argument("--max-slowdown", type=positive_float_or_inf("--max-slowdown"), default=1.5,
                    help="refuse (exit 2) when the closest plan the framework runs is more than "
                    "this many times the plan's iteration time, or does not fit where the plan "
                    "does (default 1.5; inf: export it whatever it is)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-
-
-def _slowdown_limit(value: str) -> float:
-    """``--max-slowdown``: a number > 0, or inf (no limit)."""
-    from hetrl.cli import _number_type
-
-    return _number_type("--max-slowdown", float, lambda x: x > 0,
-                        "must be a number > 0 (inf: no limit)")(value)
 
 
 def _role_path(value: str) -> tuple[str, str]:
