@@ -249,7 +249,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 if kind == "generation":
                     budget = tuple(round(st.memory_bytes * usable - s.weight_bytes, -6)
                                    for s, st in zip(shapes, engine.hw.stages, strict=True))
-                    rc = engine.replica(n, budget, wl.gen_max_concurrency, wl.samples / steps)
+                    rc = engine.replica(n, budget, wl.gen_max_concurrency, wl.samples)
                 else:
                     rc = engine.replica(n)
                 self._replica[key] = rc
