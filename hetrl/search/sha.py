@@ -394,12 +394,12 @@ class _SHABase(Scheduler):
             while len(arm.population) < len(arm.starts):
                 arm.step(ev)
         spent = sum(len(a.starts) for a in priced)
-        # at small budgets the warm start may take up to half of the whole budget, enough to
-        # tune four starts a sweep each: there, the halving's first rounds are noise, and a
-        # start tuned is the plan a baseline would have found
-        runs = [a for a in priced if math.isfinite(a.best)]
-        four = 4 * sum(a.sweep_cost() for a in runs) / max(len(runs), 1)
-        self._tune_starts(ev, priced, max(budget - spent, min(total / 2 - spent, four)))
+        # the tuning may take up to half of the whole budget (it ends sooner at its own fixed
+        # point, the halving over the starts): a start tuned is the plan a baseline would have
+        # found, and the halving's first rounds are noise next to it at small budgets; cut at
+        # four sweeps a start, 3,000 evaluations stopped paper64-multi-country PPO short of
+        # its fixed point (docs/search-history.md, "The warm start tuned to its fixed point")
+        self._tune_starts(ev, priced, max(budget - spent, total / 2 - spent))
         priced.sort(key=lambda a: a.best)
         info["warm_starts"] = len(candidates)
         info["warm_best"] = priced[0].best if priced else None
