@@ -35,10 +35,11 @@ def search(scheduler: str, workload: str, cluster: str, evaluations: int | None,
             wl, cl, Budget(evaluations=evaluations, seconds=seconds, seed=seed))
     except InfeasibleError as exc:
         return None, {"estimate_s": float("nan"), "evaluations": evaluations, "search_s": float("nan"),
-                      "history": [], "infeasible": str(exc)}
+                      "history": [], "converged": None, "infeasible": str(exc)}
     return result.plan, {"estimate_s": result.estimate.iteration_s,
                          "evaluations": result.evaluations, "search_s": result.elapsed_s,
-                         "history": [list(h) for h in result.history], **result.extra}
+                         "history": [list(h) for h in result.history],
+                         "converged": result.converged, **result.extra}
 
 
 def simulated(plan: Plan | None, workload: str, cluster: str, iterations: int, seed: int = 0,

@@ -54,14 +54,18 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "How converged these budgets are: the default mode's 3,000 evaluations per search "
         "(10,000 for fig10: on all 64 GPUs the plans that beat the 48-GPU cluster's come from "
         "polishing the co-located arm on the fast GPU types, which 3,000 does not reach) are "
-        "what fits 15 minutes on 2 cores, not convergence. On the default batch (96 prompts) a "
-        "search ten times longer (30,000 evaluations) finds plans 8-47% faster depending on the "
-        "job (docs/search.md, \"Budgets and convergence\", with the command that measures it); "
-        "`--full` searches 30,000. Every system gets the same budget, and HetRL's warm start "
-        "makes it at least as good as the pool baselines at any budget from 1,000 evaluations "
-        "on (experiments/bench_floor.py). The ratios below are therefore taken at a budget "
-        "where HetRL is still improving; the baselines' own searches mostly settle early (on "
-        "paper64-single-region StreamRL's best plan is its 311th evaluation).",
+        "what fits 15 minutes on 2 cores, not convergence: on most jobs a search ten times "
+        "longer finds faster plans (measured at the presets' batches by "
+        "`experiments/bench_search.py --only convergence`: docs/search.md, \"Budgets and "
+        "convergence\"); `--full` searches 30,000. Every system gets the same budget, and "
+        "HetRL's warm start makes it at least as good as the pool baselines at any budget from "
+        "1,000 evaluations on (experiments/bench_floor.py). The share of each figure's searches "
+        "that ended converged (the best improved by less than 0.5% over the last half of the "
+        "budget; docs/search.md) -- a search can stall at a plan a longer one beats, so a "
+        "converged search is not proof of the optimum, an unconverged one is proof the budget "
+        "was short:",
+        "",
+        *converged_table(registry, tables),
         "",
         *COST_MODEL,
     ]
@@ -79,6 +83,28 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
     write_text_atomic(folder / "README.md", "\n".join(lines) + "\n", "figures folder")
 
 
+
+
+#: the column naming who searched a row's plan, by figure (fig4's searches are all HetRL's)
+_SEARCHED_BY = ("system", "scheduler")
+
+
+def converged_table(registry: dict[str, Figure], tables: dict[str, pd.DataFrame]) -> list[str]:
+    """One row per figure whose table records ``converged``: per scheduler, how many of its
+    searches ended converged (fig4's ``even`` rows reuse the ``lb`` search and are not
+    counted twice)."""
+    lines = ["| figure | searches that converged, by scheduler |", "|---|---|"]
+    for name in registry:
+        table = tables.get(name)
+        if table is None or table.empty or "converged" not in table:
+            continue
+        t = table[table["variant"] != "even"] if "variant" in table else table
+        t = t[t["converged"].notna()]
+        by = next((c for c in _SEARCHED_BY if c in t), None)
+        groups = t.groupby(by, sort=False) if by else [("hetrl", t)]
+        parts = [f"{who} {int(g['converged'].astype(bool).sum())}/{len(g)}" for who, g in groups]
+        lines.append(f"| {name} | {', '.join(parts) or '-'} |")
+    return lines
 
 
 def budget_table(registry: dict[str, Figure], config: Config) -> list[str]:

@@ -56,6 +56,7 @@ class CostFigure(Figure):
                             cell["seed"], batch_prompts=cell["batch_prompts"], **options)
         row = {k: cell[k] for k in ("scenario", "system", "label", "objective", "cap")}
         row["cap_dollars_per_hour"] = cap
+        row["converged"] = info["converged"]
         if plan is None:
             return [{**row, "iteration_s": float("nan"), "dollars_per_1k_samples": float("nan"),
                      "dollars_per_hour": float("nan"), "gpus": 0, "egress_dollars": float("nan"),

@@ -61,7 +61,8 @@ class Fig10(Figure):
                         cell["batch_prompts"])
         return [{**{k: cell[k] for k in ("combo", "job", "system", "seed")},
                  "system_kind": "hetrl" if cell["system"] == "hetrl" else "verl", **sim,
-                 "search_evaluations": info["evaluations"], "search_s": info["search_s"]}]
+                 "search_evaluations": info["evaluations"], "search_s": info["search_s"],
+                 "converged": info["converged"]}]
 
     def plot(self, table: pd.DataFrame, path: Path) -> None:
         if table.empty:

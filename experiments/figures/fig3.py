@@ -69,7 +69,8 @@ class Fig3(Figure):
                             batch_prompts=cell["batch_prompts"])
         sim = simulated(plan, workload, cluster, cell["iterations"], cell["seed"], cell["batch_prompts"])
         return [{**{k: cell[k] for k in ("scenario", "size", "algorithm", "mode", "system", "seed")},
-                 **sim, "search_evaluations": info["evaluations"], "search_s": info["search_s"]}]
+                 **sim, "search_evaluations": info["evaluations"], "search_s": info["search_s"],
+                 "converged": info["converged"]}]
 
     def plot(self, table: pd.DataFrame, path: Path) -> None:
         if table.empty:

@@ -68,7 +68,8 @@ class Fig4(Figure):
         keys = {k: cell[k] for k in ("scenario", "size", "algorithm", "load_balance", "seed")}
         return [{**keys, "variant": variant,
                  **simulated(p, workload, cluster, cell["iterations"], cell["seed"], cell["batch_prompts"]),
-                 "search_evaluations": info["evaluations"], "search_s": info["search_s"]}
+                 "search_evaluations": info["evaluations"], "search_s": info["search_s"],
+                 "converged": info["converged"]}
                 for variant, p in plans.items()]
 
     def plot(self, table: pd.DataFrame, path: Path) -> None:

@@ -48,14 +48,14 @@ class Fig6(Figure):
             return [{"cluster": cell["cluster"], "workload": cell["workload"],
                      "scheduler": cell["scheduler"], "iteration_s": float("nan"),
                      "time_to_solution_s": float("nan"), "search_s": info["search_s"],
-                     "ilp_status": info.get("infeasible", "no plan")}]
+                     "converged": info["converged"], "ilp_status": info.get("infeasible", "no plan")}]
         final = hist[-1][2]
         # time to reach within 1% of its own final answer
         reach = next(e for e, _, b in hist if b <= final * 1.01)
         return [{"cluster": cell["cluster"], "workload": cell["workload"],
                  "scheduler": cell["scheduler"], "iteration_s": info["estimate_s"],
                  "time_to_solution_s": reach, "search_s": info["search_s"],
-                 "ilp_status": info.get("ilp_status"), "ilp_objective_s": info.get("ilp_objective_s"),
+                 "converged": info["converged"], "ilp_status": info.get("ilp_status"), "ilp_objective_s": info.get("ilp_objective_s"),
                  "ilp_bound_s": info.get("ilp_bound_s"), "ilp_solve_s": info.get("ilp_solve_s")}]
 
     def plot(self, table: pd.DataFrame, path: Path) -> None:
