@@ -4,7 +4,8 @@ A figure declares its sweep as cells (plain dicts: workload, cluster, scheduler,
 ...), computes each cell into rows (dicts), and plots from the table alone. Each cell's rows are
 cached under ``experiments/results/cache/<figure>/<key>.json`` where the key hashes the cell's
 full configuration and the code version (a hash of the sources), so an interrupted run resumes
-where it stopped and a changed cell or changed code recomputes. Writes are atomic.
+where it stopped and a changed cell or changed code recomputes. Writes are atomic. Beside the rows
+the file records where the cell ran (``ran_on``: host, pid, Ray node), which no table holds.
 """
 
 from __future__ import annotations
@@ -148,6 +149,25 @@ def compute_cell(figure: str, cell: dict[str, Any]) -> list[dict[str, Any]] | Ce
     return [{**row, "cell_seconds": took} for row in rows]
 
 
+def where() -> dict[str, Any]:
+    """Where this process computes: its host and pid, and inside a Ray worker the Ray node's
+    id (which tells two nodes on one host apart). Kept beside a cell's rows in its cached file
+    (``ran_on``), never in the rows: the tables and the cache keys do not depend on it."""
+    import socket
+    import sys
+
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    ray = sys.modules.get("ray")  # only a Ray worker has it imported; never import it here
+    if ray is not None and ray.is_initialized():
+        out["ray_node"] = ray.get_runtime_context().get_node_id()
+    return out
+
+
+def run_cell(figure: str, cell: dict[str, Any]) -> tuple[list[dict[str, Any]] | CellError, dict[str, Any]]:
+    """:func:`compute_cell` and :func:`where` it ran: what every runner's workers run."""
+    return compute_cell(figure, cell), where()
+
+
 @dataclass
 class Job:
     figure: str
@@ -159,12 +179,15 @@ class Job:
         return cache_path(self.figure, self.key)
 
 
-def store(job: Job, rows: list[dict[str, Any]]) -> None:
+def store(job: Job, rows: list[dict[str, Any]], ran_on: dict[str, Any] | None = None) -> None:
     """Cache a cell's rows with its key (which hashes the cell and the code version) and
     figure, so that :func:`cache_problem` can tell a file that belongs here from one that does
-    not (written atomically: a kill leaves the old file or the new one)."""
-    write_text_atomic(job.path, json.dumps({"figure": job.figure, "key": job.key,
-                                            "cell": job.cell, "rows": rows}, default=float))
+    not (written atomically: a kill leaves the old file or the new one). ``ran_on`` (from
+    :func:`where`: host, pid, Ray node) is kept beside the rows, for the record only."""
+    data = {"figure": job.figure, "key": job.key, "cell": job.cell, "rows": rows}
+    if ran_on is not None:
+        data["ran_on"] = ran_on
+    write_text_atomic(job.path, json.dumps(data, default=float))
 
 
 def cache_problem(job: Job) -> str | None:
@@ -200,8 +223,10 @@ def load(job: Job) -> list[dict[str, Any]]:
 
 class Runner(ABC):
     @abstractmethod
-    def run(self, jobs: list[Job], done: Callable[[Job, list[dict[str, Any]]], None]) -> None:
-        """Compute every job, calling ``done`` as each finishes (in any order)."""
+    def run(self, jobs: list[Job],
+            done: Callable[[Job, list[dict[str, Any]] | CellError, dict[str, Any]], None]) -> None:
+        """Compute every job, calling ``done(job, rows, ran_on)`` as each finishes (in any
+        order): ``rows`` (a CellError if the cell failed) and where it ran (:func:`where`)."""
 
     def close(self) -> None:  # noqa: B027 -- most runners hold nothing to release
         """Release workers (default: nothing to release)."""
@@ -210,7 +235,7 @@ class Runner(ABC):
 class InlineRunner(Runner):
     def run(self, jobs, done):
         for job in jobs:
-            done(job, compute_cell(job.figure, job.cell))
+            done(job, *run_cell(job.figure, job.cell))
 
 
 def die_with_parent(parent: int) -> None:
@@ -256,25 +281,31 @@ class PoolRunner(Runner):
     def run(self, jobs, done):
         from concurrent.futures import as_completed
 
-        futures = {self.pool.submit(compute_cell, j.figure, j.cell): j for j in jobs}
+        futures = {self.pool.submit(run_cell, j.figure, j.cell): j for j in jobs}
         for fut in as_completed(futures):
-            done(futures[fut], fut.result())
+            done(futures[fut], *fut.result())
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
 
 
 class RayRunner(Runner):
-    """Every cell a Ray task: a local Ray instance by default, or a cluster at ``address``."""
+    """Every cell a Ray task: a local Ray instance by default, or a cluster at ``address``.
+    Cells are spread over the nodes (``SPREAD``: a node runs as many at a time as it has
+    CPUs), and each worker imports this checkout (``PYTHONPATH``), so on a cluster every node
+    holds it at the same path, in the same Python environment, as the driver's."""
 
     def __init__(self, workers: int, address: str | None):
         import ray
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        self.address = address
         if not ray.is_initialized():
             if address:
+                # a node's own PYTHONPATH (${...}: expanded on the node) stays after this checkout
+                env = {"PYTHONPATH": f"{ROOT}{os.pathsep}${{PYTHONPATH}}", "OMP_NUM_THREADS": "1"}
                 try:
-                    ray.init(address=address, log_to_driver=False)
+                    ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": env})
                 except (ConnectionError, TimeoutError, RuntimeError) as exc:
                     from hetrl.errors import OptionError
 
@@ -288,14 +319,22 @@ class RayRunner(Runner):
                          runtime_env={"env_vars": {"PYTHONPATH": pythonpath,
                                                    "OMP_NUM_THREADS": "1"}})
         self.ray = ray
-        self.task = ray.remote(num_cpus=1)(compute_cell)
+        self.task = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(run_cell)
+
+    def describe(self, workers: int) -> str:
+        """What the cells run on, for the progress output: a cluster's live nodes and CPUs."""
+        if not self.address:
+            return f"Ray (local, {workers} CPUs)"
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+        return f"Ray cluster at {self.address} ({len(nodes)} nodes, {cpus:g} CPUs)"
 
     def run(self, jobs, done):
         pending = {self.task.remote(j.figure, j.cell): j for j in jobs}
         while pending:
             ready, _ = self.ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                done(pending.pop(ref), self.ray.get(ref))
+                done(pending.pop(ref), *self.ray.get(ref))
 
 
 def check_address(address: str) -> None:
@@ -341,7 +380,8 @@ def make_runner(workers: int, address: str | None, local: bool) -> tuple[Runner,
         print("Ray is not installed: `pip install -e '.[sweep]'` runs every cell as a Ray task. "
               f"Falling back to {workers} local process(es).", flush=True)
         return ((InlineRunner(), "inline") if workers == 1 else (PoolRunner(workers), f"{workers} local processes"))
-    return RayRunner(workers, address), f"Ray ({address or f'local, {workers} CPUs'})"
+    runner = RayRunner(workers, address)
+    return runner, runner.describe(workers)
 
 
 def tables(figures: Iterable[Figure], jobs_by_figure: dict[str, list[Job]]) -> dict[str, pd.DataFrame]:

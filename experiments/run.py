@@ -50,7 +50,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--full", action="store_true", help="paper-scale budgets and every cell")
     p.add_argument("--seeds", type=int, default=1, help="seeds per cell where a figure repeats (default 1)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel cells")
-    p.add_argument("--address", help="attach to an existing Ray cluster (e.g. ray://host:10001)")
+    p.add_argument("--address", help="attach to a running Ray cluster: HEAD_IP:6379 from one of "
+                   "its nodes, or ray://HEAD_IP:10001 (needs ray[client]); every node holds this "
+                   "checkout at the same path (README, 'The figures on a Ray cluster')")
     p.add_argument("--local", action="store_true", help="no Ray: run cells in local processes")
     p.add_argument("--force", action="store_true", help="recompute cached cells")
     p.add_argument("--replot", action="store_true",
@@ -86,6 +88,12 @@ def figure_names(option: str | None, registry) -> list[str]:
         raise OptionError("--figures", option, f"unknown figure(s) {unknown}; known: "
                           f"{', '.join(registry)}")
     return names
+
+
+def where_text(ran_on: dict) -> str:
+    """Where a cell ran, in words: ``host pid 123`` (and ``Ray node 1a2b...`` on Ray)."""
+    text = f"{ran_on.get('host', '?')} pid {ran_on.get('pid', '?')}"
+    return text + (f", Ray node {ran_on['ray_node'][:12]}" if "ray_node" in ran_on else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"recomputing {job.figure} cell {job.key}: its cached file is {problem} "
               f"({job.path})", flush=True)
     start = time.perf_counter()
-    failed: list[tuple[Job, str]] = []
+    failed: list[tuple[Job, str, dict]] = []
     if todo:
         from tqdm import tqdm
 
@@ -137,11 +145,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"running on {kind}", flush=True)
         bar = tqdm(total=len(todo), unit="cell", desc="cells", dynamic_ncols=True)
         try:
-            def done(job: Job, rows) -> None:
+            def done(job: Job, rows, ran_on) -> None:
                 if isinstance(rows, CellError):
-                    failed.append((job, str(rows)))
-                else:
-                    store(job, rows)  # written as soon as it finishes: a kill loses no finished cell
+                    failed.append((job, str(rows), ran_on))
+                else:  # written as soon as it finishes: a kill loses no finished cell
+                    store(job, rows, ran_on)
                 bar.update(1)
                 bar.set_postfix_str(job.figure)
 
@@ -152,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             bar.close()
             runner.close()
-        for job, error in failed:
-            print(f"\ncell failed ({job.figure} {job.cell}):\n{error}", file=sys.stderr)
+        for job, error, ran_on in failed:
+            print(f"\ncell failed ({job.figure} {job.cell}) on {where_text(ran_on)}:\n{error}",
+                  file=sys.stderr)
     results = tables(figures, jobs)
     figures_dir.mkdir(parents=True, exist_ok=True)
     for fig in figures:
