@@ -10,7 +10,7 @@ import pytest
 from experiments.figures import fig3, fig4, fig10
 from experiments.figures._plot import grouped_bars, over_seeds, plt, spread, spread_note
 from experiments.framework import Config, describe_budget
-from experiments.report import budget_table
+from experiments.report import budget_table, converged_table
 from hetrl.plan import (
     Plan,
     TaskGroup,
@@ -80,7 +80,7 @@ def test_fig4_simulates_the_searched_plan_and_its_even_twin(monkeypatch):
 
     def search(scheduler, workload, cluster, evaluations, seed, load_balance, batch_prompts):
         searched.append((scheduler, load_balance, seed))
-        return plan, {"evaluations": evaluations, "search_s": 0.5}
+        return plan, {"evaluations": evaluations, "search_s": 0.5, "converged": True}
 
     monkeypatch.setattr(fig4, "search", search)
     monkeypatch.setattr(fig4, "simulated", fake_sim(seen))
@@ -120,7 +120,7 @@ def test_the_seed_reaches_the_search_and_the_simulator(monkeypatch, figure, cell
 
     def search(scheduler, workload, cluster, evaluations, seed, batch_prompts):
         searched.append(seed)
-        return "a plan", {"evaluations": evaluations, "search_s": 0.5}
+        return "a plan", {"evaluations": evaluations, "search_s": 0.5, "converged": False}
 
     monkeypatch.setattr(module, "search", search)
     monkeypatch.setattr(module, "simulated", fake_sim(seen))
@@ -283,3 +283,13 @@ def test_budget_table_states_every_mode():
                         f"{e['default']:,} evaluations per search; 3 seeds; 120 cells | "
                         f"{e['full']:,} evaluations per search; 3 seeds; 360 cells |")
     assert lines[3].startswith("| fig10 | ")
+
+
+def test_converged_table_counts_each_search_once_per_scheduler():
+    fig3_rows = pd.DataFrame({"system": ["hetrl", "hetrl", "verl", "hetrl"],
+                              "converged": [True, False, True, None]})
+    fig4_rows = pd.DataFrame({"variant": ["lb", "even", "no-lb-search"],
+                              "converged": [True, True, False]})
+    lines = converged_table({"fig3": fig3.Fig3(), "fig4": fig4.Fig4(), "fig10": fig10.Fig10()},
+                            {"fig3": fig3_rows, "fig4": fig4_rows})
+    assert lines[2:] == ["| fig3 | hetrl 1/2, verl 1/1 |", "| fig4 | hetrl 1/2 |"]
