@@ -423,8 +423,8 @@ class Arm:
         with the relay gene, first the relay flipped; then each task (of ``tasks``, default
         all) in turn keeps its best layout given the others',
         for at most ``sweeps`` sweeps (stopping early once one improves nothing) and ``cap``
-        evaluations. A sweep over all tasks costs :meth:`sweep_cost` evaluations (far fewer
-        than a polish pass). Used by the warm start
+        evaluations. A sweep over all tasks costs every task's full-group layouts and the shared
+        moves in evaluations (far fewer than a polish pass). Used by the warm start
         on the baselines' structures, as StreamRL tunes its pools' layouts. Returns (fitness,
         genotype, whether the last sweep improved); the result joins the population."""
         state = [start[0], start[1]]
@@ -465,15 +465,6 @@ class Arm:
         finally:
             self.adopt(state)
         return state[0], state[1], improved
-
-    def sweep_cost(self, tasks: tuple[str, ...] | None = None) -> int:
-        """Evaluations of one :meth:`tune` sweep: every task's (of ``tasks``) full-group
-        layouts but its own, and with all tasks, the shared moves."""
-        own = sum(len(opts) - 1 for t, opts in self.layout_options.items()
-                  if tasks is None or t in tasks) + int(self.relay_gene)
-        if tasks is not None:
-            return own
-        return own + sum(len(options) for _, options in self.shared_moves)
 
     @cached_property
     def shared_moves(self) -> list[tuple[tuple[str, ...], list[Layout]]]:
