@@ -540,6 +540,15 @@ class Arm:
         if best_f < self.population[worst][0] and all(g != best for _, g in self.population):
             self.population[worst] = (best_f, best)
 
+    def take(self, ev: Evaluator, g: Genotype) -> None:
+        """Price ``g`` (a genotype of this arm's groups and sizes found elsewhere) and put it
+        in the population: in a free place, else in place of the worst if it is better."""
+        f = self.fitness(ev, g)
+        if len(self.population) < self.population_size:
+            self.population.append((f, g))
+        else:
+            self.adopt([f, g])
+
     def run(self, ev: Evaluator, evaluations: int) -> None:
         """Spend ``evaluations`` steps (or until the global budget ends: BudgetExhausted)."""
         for _ in range(max(int(evaluations), 0)):

@@ -68,6 +68,27 @@ class Genotype:
         return replace(self, offsets=rest + (((task, offset),) if offset else ()))
 
 
+def merged(g: Genotype, tasks: tuple[str, ...], size: int) -> Genotype | None:
+    """``g`` as one group of its first ``size`` GPUs (at least all its groups' GPUs) holding
+    ``tasks`` (all of ``g``'s, in this order): every task keeps its layout on the same GPUs, at
+    the offset of its window in the merged slice, so the plan decodes to the same placements.
+    None where a task's window wraps round the end of its group (it would not stay on the same
+    GPUs)."""
+    offsets, start = [], 0
+    for grp, n in zip(g.groups, g.sizes, strict=True):
+        for t in grp:
+            lay, off = g.layout(t), g.offset(t) % n
+            if off + lay[0] * lay[1] * lay[2] > n:
+                return None
+            if start + off:
+                offsets.append((t, start + off))
+        start += n
+    if size < start:
+        return None
+    return Genotype((tasks,), (size,), g.order, tuple((t, g.layout(t)) for t in tasks),
+                    tuple(offsets), g.sync_relay)
+
+
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     info = workload.task(task)
     return with_backends(info.kind, layouts(workload.model(info.role), n), workload.backends)

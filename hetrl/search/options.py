@@ -146,6 +146,9 @@ class HalvingOptions:
     colocated_finalist: bool = True
     #: after each turn of the final round robin, drop the worse half of the finalists
     final_halving: bool = True
+    #: before the final phase, the best plan so far joins the co-located arm on all GPUs (as
+    #: one group, the same placements), whose polish then starts from it
+    carry_best: bool = True
 
     def __post_init__(self) -> None:
         _fraction("hetrl option screening_fraction", self.screening_fraction)

@@ -39,6 +39,7 @@ from hetrl.cost.model import CostModel
 from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
 from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
+from hetrl.search.genome import merged
 from hetrl.search.objective import TIME, Objective
 from hetrl.search.options import SHAOptions
 from hetrl.search.space import task_groupings
@@ -358,10 +359,33 @@ class _SHABase(Scheduler):
         # The rest of the budget (``exploit_fraction`` of it, and whatever rounding left): the
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
+        if halving.carry_best and together:
+            self._carry_best(ev, level1, together, n)
         finalists = choose_finalists(alive, together, halving.colocated_finalist,
                                       warm=warm_arms)
         self._final_phase(ev, finalists, total, opts)
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
+
+    @staticmethod
+    def _carry_best(ev: Evaluator, level1: list[_Level1], together: list[Arm], n: int) -> None:
+        """The best plan of any arm so far, carried into the co-located arm on all ``n`` GPUs
+        (:func:`~hetrl.search.genome.merged`: the same placements, as one group) before the
+        final phase: a multi-group plan is one the co-located arm's part-of-group windows can
+        hold, and that arm's polish moves (full-group layouts, splits, part-of-group options)
+        can then start from it instead of from its own, often worse or infeasible, best."""
+        whole = [a for a in together if sum(a.sizes) == n]
+        if not whole:
+            return
+        arm = whole[0]
+        found = [(f, g) for l1 in level1 for a in l1.arms for f, g in a.population]
+        if not found:
+            return
+        f, g = min(found, key=lambda x: x[0])
+        if f >= arm.best:
+            return
+        h = merged(g, arm.groups[0], n)
+        if h is not None:
+            arm.take(ev, h)
 
     def _warm_start(self, ev: Evaluator, by_grouping: dict, make_arm, budget: int,
                     total: int, info: dict[str, Any]) -> list[Arm]:

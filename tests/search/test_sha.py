@@ -804,3 +804,57 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
     assert full_windows == expected
     for arm, seen in ((full_arm, full), (half_arm, half)):
         assert 0.5 * len(seen) <= arm.polisher.split_cost(pair) <= 2 * len(seen)
+
+
+def test_a_plan_merged_into_one_group_keeps_its_placements_and_its_price(small_workload,
+                                                                         small_cluster):
+    """The carry into the co-located arm (``carry_best``): a two-group genotype as one group
+    of all the GPUs decodes to the same placements and the cost model prices it the same; a
+    task whose window wraps round its group's end cannot be merged."""
+    from hetrl.search.genome import merged
+
+    model = CostModel(small_workload, small_cluster)
+    facts = DeviceFacts.of(model)
+    tasks = tuple(small_workload.task_names)
+    groups = (tasks[:1], tasks[1:])
+    arm = Arm(groups, (4, 4), model, facts, np.random.default_rng(0))
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    whole = Arm((tasks,), (8,), model, facts, np.random.default_rng(1))
+    for seed in range(6):
+        arm.rng = np.random.default_rng(seed)
+        g = arm.random_genotype()
+        h = merged(g, tasks, 8)
+        assert h is not None and h.sizes == (8,) and h.groups == (tasks,)
+        a, b = decode(g, model), decode(h, model)
+        assert a.placements == b.placements
+        assert model.estimate(b).iteration_s == model.estimate(a).iteration_s
+        whole.take(ev, h)
+        assert min(f for f, _ in whole.population) <= model.estimate(a).iteration_s
+    lay = g.layout(tasks[1])
+    if lay[0] * lay[1] * lay[2] > 1:  # a window from the group's last GPU wraps round
+        assert merged(g.with_offset(tasks[1], 3), tasks, 8) is None
+    assert merged(g, tasks, 7) is None  # fewer GPUs than the groups hold
+
+
+def test_the_final_phase_starts_the_colocated_arm_from_the_best_plan_so_far(small_workload,
+                                                                           small_cluster):
+    """``carry_best``: before the final phase the co-located arm on all GPUs takes the best plan
+    any arm holds (merged into one group), once; the search stays deterministic."""
+    from hetrl.search.sha import _Level1, _SHABase
+
+    model = CostModel(small_workload, small_cluster)
+    facts = DeviceFacts.of(model)
+    tasks = tuple(small_workload.task_names)
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    split = Arm((tasks[:1], tasks[1:]), (4, 4), model, facts, np.random.default_rng(0))
+    whole = Arm((tasks,), (8,), model, facts, np.random.default_rng(1))
+    split.run(ev, 8)
+    whole.population = [(math.inf, whole.random_genotype())]  # nothing feasible of its own
+    level1 = [_Level1((tasks,), [whole], True), _Level1(split.groups, [split], True)]
+    _SHABase._carry_best(ev, level1, [whole], 8)
+    assert whole.best == split.best and len(whole.population) == 2
+    _SHABase._carry_best(ev, level1, [whole], 8)  # no better plan elsewhere: nothing taken
+    assert len(whole.population) == 2
+    budget = Budget(evaluations=800, seed=0)
+    a = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
+    assert a.plan == get_scheduler("hetrl").search(small_workload, small_cluster, budget).plan
