@@ -186,6 +186,10 @@ class PolishOptions:
     split_light: bool = True
     #: sweeps start from the best split of each mix (window sizes and GPU types per task)
     split_mixes: bool = True
+    #: price every split as built first, and turn only this many best-priced splits of each
+    #: task set, the task sets in order of their best-priced split (0: every split turns,
+    #: the task sets in their own order)
+    split_screen: int = 8
     #: hold a finalist's polish back until its EA went this many evaluations without a gain
     stall_steps: int = 0
     #: a polish call's cap is a third of the budget divided by this
@@ -193,7 +197,8 @@ class PolishOptions:
 
     def __post_init__(self) -> None:
         for name, low in (("split_starts", 1), ("split_sweeps", 0), ("split_turns", 2),
-                          ("kick_moves", 0), ("stall_steps", 0), ("polish_chunks", 1)):
+                          ("kick_moves", 0), ("stall_steps", 0), ("polish_chunks", 1),
+                          ("split_screen", 0)):
             _at_least(name, getattr(self, name), low)
 
 

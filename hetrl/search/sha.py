@@ -113,9 +113,12 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
         firsts = sorted((min(arms, key=lambda a: a.best) for arms in (whole, part) if arms),
                         key=lambda a: a.best)
         for best in reversed(firsts):
-            if best not in out and math.isfinite(best.best):
-                # first in the round robin: its polish call must not find the final phase spent
-                # by the others' (docs/search-history.md, "Notes moved from the code")
+            if math.isfinite(best.best):
+                # first in the round robin (even if among the best already): its polish call
+                # must not find the final phase spent by the others' (docs/search-history.md,
+                # "Notes moved from the code")
+                if best in out:
+                    out.remove(best)
                 out.insert(0, best)
     return out
 

@@ -705,7 +705,8 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
 
     ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
     seen = []
-    for _ in on.polisher._split(ev, trio, 24, on.seeded_genotype(),
+    base = on.seeded_genotype()
+    for _ in on.polisher._split(ev, trio, on.polisher._split_runs(trio, 24, base), base,
                                 lambda g, f: seen.append((f, g))):
         pass
     windows = [[set(decode(g, model).placement(t).device_ids) for t in trio] for _, g in seen]
@@ -783,9 +784,11 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
 
     def run(halving: bool):
         arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
-                  options=SHAOptions(polish=PolishOptions(split_halving=halving)))
+                  options=SHAOptions(polish=PolishOptions(split_halving=halving,
+                                                          split_screen=0)))
         seen = []
-        for _ in arm.polisher._split(ev, pair, 24, arm.seeded_genotype(),
+        base = arm.seeded_genotype()
+        for _ in arm.polisher._split(ev, pair, arm.polisher._split_runs(pair, 24, base), base,
                                      lambda g, f: seen.append((f, g))):
             pass
         # the pair's windows: (offset, GPUs used) of each task
@@ -804,6 +807,53 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
     assert full_windows == expected
     for arm, seen in ((full_arm, full), (half_arm, half)):
         assert 0.5 * len(seen) <= arm.polisher.split_cost(pair) <= 2 * len(seen)
+
+
+def test_screened_splits_price_every_split_then_turn_only_the_best_priced():
+    """``split_screen``: every split of every task set is priced as built before any turn;
+    then per task set only the ``split_screen`` best-priced splits take turns, the task sets in
+    order of their best-priced split; fewer evaluations than turning every split, and the
+    count the final phase plans with follows the measured one."""
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    cluster = cluster_preset("hetero24-two-region")
+    model = CostModel(wl, cluster)
+    tasks = tuple(wl.task_names)
+    ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
+
+    def run(screen: int):
+        arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
+                  options=SHAOptions(polish=PolishOptions(split_screen=screen)))
+        seen = []
+        base = arm.seeded_genotype()
+        p = arm.polisher
+
+        def trial(g, f):
+            seen.append((f, g))
+        if screen:
+            for _ in p._screened_splits(ev, base, trial):
+                pass
+        else:  # every split turns
+            for t in p._splits():
+                b = p._split_base(base, t)
+                for _ in p._split(ev, t, p._split_runs(t, 24, b), b, trial):
+                    pass
+        return arm, seen, base
+
+    arm, seen, base = run(4)
+    sets = arm.polisher._splits()
+    built = [arm.polisher._split_runs(t, 24, arm.polisher._split_base(base, t)) for t in sets]
+    count = sum(len(runs) for runs in built)
+    # first, every split as built, in the task sets' order
+    assert [g for _, g in seen[:count]] == [r.genotype for runs in built for r in runs]
+    # then the turns: the first task set to turn is the one with the best-priced split
+    best = min(range(len(sets)), key=lambda i: min(f for f, _ in seen[
+        sum(len(r) for r in built[:i]):sum(len(r) for r in built[:i + 1])]))
+    first_turn = seen[count][1]
+    assert any(first_turn.with_layout(t, r.genotype.layout(t)) == r.genotype
+               for r in built[best] for t in sets[best])
+    _, unscreened, _ = run(0)
+    assert len(seen) < len(unscreened)
+    assert 0.5 * len(seen) <= sum(arm.polisher.split_cost(t) for t in sets) <= 2 * len(seen)
 
 
 def test_a_plan_merged_into_one_group_keeps_its_placements_and_its_price(small_workload,
