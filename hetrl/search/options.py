@@ -136,7 +136,7 @@ class HalvingOptions:
     #: share of the evaluation budget screening may use (beyond it, a subset is screened)
     screening_fraction: float = 0.2
     #: share of the budget (after warm start and screening) kept for the final phase
-    exploit_fraction: float = 0.5
+    exploit_fraction: float = 0.7
     #: GPU-group size vectors per task grouping (level-2 arms); None: adaptive to the budget
     gpu_groupings: int | None = None
     #: level-2 arms whose sizes sum to fewer than all GPUs (the rest idle): one per
