@@ -379,7 +379,7 @@ class _SHABase(Scheduler):
         hold, and that arm's polish moves (full-group layouts, splits, part-of-group options)
         can then start from it instead of from its own, often worse or infeasible, best."""
         whole = [a for a in together if sum(a.sizes) == n]
-        if not whole:
+        if not whole or ev.exhausted():
             return
         arm = whole[0]
         found = [(f, g) for l1 in level1 for a in l1.arms for f, g in a.population]
@@ -390,7 +390,10 @@ class _SHABase(Scheduler):
             return
         h = merged(g, arm.groups[0], n)
         if h is not None:
-            arm.take(ev, h)
+            try:
+                arm.take(ev, h)
+            except BudgetExhausted:  # (a time budget's clock ran out meanwhile)
+                pass
 
     def _warm_start(self, ev: Evaluator, by_grouping: dict, make_arm, budget: int,
                     total: int, info: dict[str, Any]) -> list[Arm]:
