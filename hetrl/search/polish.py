@@ -238,12 +238,14 @@ class Polisher:
             return offsets(sizes[0], n)
         return range(0, n, math.gcd(self.space.node_size, n))
 
-    def _split_runs(self, tasks: tuple[str, ...], n: int, base: Genotype) -> list[_SplitRun]:
+    def _split_runs(self, tasks: tuple[str, ...], n: int, base: Genotype
+                    ) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per (shape, offset) of ``tasks`` on a group of ``n`` GPUs
         (:meth:`_split_shapes`, :meth:`_split_offsets`), from ``base``: each task on its
-        window, each but the first on a first guess (:meth:`_first_guess`). No evaluation."""
+        window, each but the first on a first guess (:meth:`_first_guess`). No evaluation; a
+        generator, since on 1,024 GPUs a triple has hundreds of thousands of splits (built all
+        at once, minutes in which a time budget's clock was not looked at)."""
         k = len(tasks)
-        splits: list[_SplitRun] = []
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
                 at = [(off + sum(ms[:i])) % n for i in range(k)]  # where each window starts
@@ -252,14 +254,16 @@ class Polisher:
                     g = g.with_offset(t, s)
                 for t, s, o in zip(order[1:], at[1:], opts[1:], strict=True):
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
-                splits.append(_SplitRun((order, ms), opts, g))
-        return splits
+                yield _SplitRun((order, ms), opts, g)
 
-    def _screen(self, ev: Evaluator, splits: list[_SplitRun], trial) -> Iterator[None]:
-        """Price each split as built (one evaluation each): ``split_screen``'s ranking."""
-        for run in splits:
+    def _screen(self, ev: Evaluator, runs: Iterator[_SplitRun], trial,
+                out: list[_SplitRun]) -> Iterator[None]:
+        """Price each split of ``runs`` as it is built (one evaluation each), appending it to
+        ``out``: ``split_screen``'s ranking."""
+        for run in runs:
             run.fitness = self.arm.fitness(ev, run.genotype)
             trial(run.genotype, run.fitness)
+            out.append(run)
             yield
 
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], splits: list[_SplitRun],
@@ -498,8 +502,9 @@ class Polisher:
         sets = []
         for tasks in self._splits():
             split_base = self._split_base(base, tasks)
-            runs = self._split_runs(tasks, size[tasks[0]], split_base)
-            yield from self._screen(ev, runs, trial)
+            runs: list[_SplitRun] = []
+            yield from self._screen(ev, self._split_runs(tasks, size[tasks[0]], split_base),
+                                    trial, runs)
             sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), tasks,
                          runs, split_base))
         for _, _, tasks, runs, split_base in sorted(sets, key=lambda x: x[:2]):
@@ -540,8 +545,8 @@ class Polisher:
                     for i, tasks in enumerate(self._splits()):
                         split_base = base if i == 0 else current()[1]
                         split_base = self._split_base(split_base, tasks)
-                        yield from self._split(ev, tasks, self._split_runs(
-                            tasks, size[tasks[0]], split_base), split_base, trial)
+                        yield from self._split(ev, tasks, list(self._split_runs(
+                            tasks, size[tasks[0]], split_base)), split_base, trial)
             for t in [t for t, _ in current()[1].layouts]:
                 base = current()[1]
                 cur = (base.layout(t), base.offset(t))

@@ -706,7 +706,7 @@ def test_a_pass_splits_three_independent_tasks_over_three_windows():
     ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
     seen = []
     base = on.seeded_genotype()
-    for _ in on.polisher._split(ev, trio, on.polisher._split_runs(trio, 24, base), base,
+    for _ in on.polisher._split(ev, trio, list(on.polisher._split_runs(trio, 24, base)), base,
                                 lambda g, f: seen.append((f, g))):
         pass
     windows = [[set(decode(g, model).placement(t).device_ids) for t in trio] for _, g in seen]
@@ -788,7 +788,7 @@ def test_split_halving_gives_every_split_its_first_turn_and_fewer_evaluations():
                                                           split_screen=0)))
         seen = []
         base = arm.seeded_genotype()
-        for _ in arm.polisher._split(ev, pair, arm.polisher._split_runs(pair, 24, base), base,
+        for _ in arm.polisher._split(ev, pair, list(arm.polisher._split_runs(pair, 24, base)), base,
                                      lambda g, f: seen.append((f, g))):
             pass
         # the pair's windows: (offset, GPUs used) of each task
@@ -835,13 +835,14 @@ def test_screened_splits_price_every_split_then_turn_only_the_best_priced():
         else:  # every split turns
             for t in p._splits():
                 b = p._split_base(base, t)
-                for _ in p._split(ev, t, p._split_runs(t, 24, b), b, trial):
+                for _ in p._split(ev, t, list(p._split_runs(t, 24, b)), b, trial):
                     pass
         return arm, seen, base
 
     arm, seen, base = run(4)
     sets = arm.polisher._splits()
-    built = [arm.polisher._split_runs(t, 24, arm.polisher._split_base(base, t)) for t in sets]
+    built = [list(arm.polisher._split_runs(t, 24, arm.polisher._split_base(base, t)))
+             for t in sets]
     count = sum(len(runs) for runs in built)
     # first, every split as built, in the task sets' order
     assert [g for _, g in seen[:count]] == [r.genotype for runs in built for r in runs]
