@@ -243,8 +243,9 @@ class Polisher:
         """One :class:`_SplitRun` per (shape, offset) of ``tasks`` on a group of ``n`` GPUs
         (:meth:`_split_shapes`, :meth:`_split_offsets`), from ``base``: each task on its
         window, each but the first on a first guess (:meth:`_first_guess`). No evaluation; a
-        generator, since on 1,024 GPUs a triple has hundreds of thousands of splits (built all
-        at once, minutes in which a time budget's clock was not looked at)."""
+        generator, so that a split is priced as it is built and a time budget's clock is looked
+        at between them (on 1,024 GPUs a triple has very many splits; docs/search-history.md,
+        "The best plan carried, splits screened")."""
         k = len(tasks)
         for order, ms, opts in self._split_shapes(tasks, n):
             for off in self._split_offsets(ms, n):
@@ -494,10 +495,10 @@ class Polisher:
     def _screened_splits(self, ev: Evaluator, base: Genotype, trial) -> Iterator[None]:
         """``split_screen``: every split of every task set priced as built first, then the
         task sets in order of their best-priced split, each turning its ``split_screen``
-        best-priced splits only. A split's first guesses already tell the windows that pay
-        from those that do not: on a 64-GPU three-type fleet (PPO) the first-priced split of
-        the inference triple was 11% faster than the plan, found after 8,000 evaluations of
-        the pair splits before it (docs/search-history.md, "Splits screened")."""
+        best-priced splits only: a split's first guesses already tell the windows that pay
+        from those that do not, and the task set whose splits pay no longer waits for the
+        turns of those before it (docs/search-history.md, "The best plan carried, splits
+        screened")."""
         size = self.space.group_size
         sets = []
         for tasks in self._splits():
