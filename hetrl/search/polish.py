@@ -391,16 +391,16 @@ class Polisher:
         over all the splits, then the sweeps."""
         size = self.space.group_size
         n, k = size[tasks[0]], len(tasks)
-        shapes = 0
+        shapes = count = 0  # shapes, and splits (one per shape and offset)
         # evaluations of each turn over all the splits; 2k - 1 turns: the usual fixed point
         # (the others keep their layouts when they pick again)
         turns = [0] * min(2 * k - 1, self.options.split_turns)
         for _, ms, opts in self._split_shapes(tasks, n):
             shapes += 1
             at = len(self._split_offsets(ms, n))
+            count += at
             for r in range(len(turns)):
                 turns[r] += at * len(opts[r % k])
-        count = sum(len(self._split_offsets(ms, n)) for _, ms, _ in self._split_shapes(tasks, n))
         screen = self.options.split_screen
         if screen and count:  # each split priced once, then only the best-priced turn
             turns = [c * min(screen, count) // count for c in turns]
