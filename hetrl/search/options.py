@@ -190,6 +190,10 @@ class PolishOptions:
     #: task set, the task sets in order of their best-priced split (0: every split turns,
     #: the task sets in their own order)
     split_screen: int = 8
+    #: with the splits' screen, each task alone on each type window of its group (each GPU
+    #: type's GPUs, and all but one type's) priced on a first guess, and this many
+    #: best-priced windows of each task turn over its layouts there (0: no type windows)
+    window_screen: int = 2
     #: hold a finalist's polish back until its EA went this many evaluations without a gain
     stall_steps: int = 0
     #: a polish call's cap is a third of the budget divided by this
@@ -198,7 +202,7 @@ class PolishOptions:
     def __post_init__(self) -> None:
         for name, low in (("split_starts", 1), ("split_sweeps", 0), ("split_turns", 2),
                           ("kick_moves", 0), ("stall_steps", 0), ("polish_chunks", 1),
-                          ("split_screen", 0)):
+                          ("split_screen", 0), ("window_screen", 0)):
             _at_least(name, getattr(self, name), low)
 
 
@@ -258,7 +262,8 @@ class SHAOptions:
         and ``warm_start`` and ``polish`` as booleans (or the nested options). Refuses, naming
         both, an option that does nothing with another given: a polish or warm-start option
         with ``polish=False`` / ``warm_start=False``, ``screening_fraction`` with
-        ``screening=False``, ``p_sub`` with ``sub_layouts=False``."""
+        ``screening=False``, ``p_sub`` with ``sub_layouts=False``, ``window_screen`` with
+        ``split_screen=0``."""
         top = {f.name: f for f in dataclasses.fields(cls)}
         owner = {f.name: group for group, sub in _GROUPS.items()
                  for f in dataclasses.fields(sub)}
@@ -289,6 +294,8 @@ class SHAOptions:
                    {k: v for k, v in nested["halving"].items() if k == "screening_fraction"})
         _no_effect(scheduler, given, "sub_layouts", False,
                    {k: v for k, v in given.items() if k == "p_sub"})
+        _no_effect(scheduler, given, "split_screen", 0,  # the windows are screened with the splits
+                   {k: v for k, v in nested["polish"].items() if k == "window_screen" and v})
         for group in _GROUPS:
             value = flat.get(group, True)
             if value is True:

@@ -3,8 +3,9 @@ genotype, run by SHA-EA's final phase. A pass: the weight sync's relay flipped (
 several regions), a quick sweep over each task's full-group layouts, then each group's GPUs put
 in blocks of one type, pairs (then triples) of independent
 tasks of a group split over consecutive windows of it (the tasks taking turns at their
-layouts), then each task's (layout, offset) over the full-group and the aligned part-of-group
-layouts. What it finds joins the arm's population as a genotype; once a pass has converged, the
+layouts) and each task alone on the windows of one type or all but one (screened together:
+the sets whose first-priced splits pay go first), then each task's (layout, offset) over the
+full-group and the aligned part-of-group layouts. What it finds joins the arm's population as a genotype; once a pass has converged, the
 next starts from the best after a few random moves (iterated local search). docs/search.md
 says what each step does; docs/search-history.md why.
 
@@ -179,6 +180,23 @@ class Polisher:
             start += n
         return g.with_order(tuple(order))
 
+    def type_windows(self, g: Genotype, group: int) -> list[tuple[int, int]]:
+        """(offset, size) of the windows of ``g``'s group ``group`` that hold whole runs of one
+        GPU type: each run alone and each run's complement (wrapping round), aligned sizes
+        only. On a type-blocked group (:meth:`type_blocked`) each type's GPUs, and all but
+        one type's."""
+        part = g.slices()[group]
+        n, gpu = len(part), self.space.facts.gpu
+        starts = [i for i in range(n) if gpu[part[i]] != gpu[part[i - 1]]]
+        r = len(starts)
+        out: list[tuple[int, int]] = []
+        for i in range(r):
+            size = (starts[(i + 1) % r] - starts[i]) % n
+            for off, m in ((starts[i], size), (starts[(i + 1) % r], n - size)):
+                if 0 < m < n and self.space.aligned(m, n) and (off, m) not in out:
+                    out.append((off, m))
+        return out
+
     def _options(self, t: str, n: int) -> list[tuple[Layout, int]]:
         """(layout, offset) pairs for task ``t`` in a group of ``n`` GPUs: full-group layouts at
         offset 0, smaller ones at every offset that is a multiple of the GPUs they use."""
@@ -257,6 +275,16 @@ class Polisher:
                     g = g.with_layout(t, self._first_guess(t, o, g, s))
                 yield _SplitRun((order, ms), opts, g)
 
+    def _window_runs(self, t: str, base: Genotype) -> Iterator[_SplitRun]:
+        """One :class:`_SplitRun` per type window of task ``t``'s group (:meth:`type_windows`):
+        ``t`` on the window, on a first guess (:meth:`_first_guess`); no evaluation."""
+        for off, m in self.type_windows(base, self.space.group_of[t]):
+            opts = self.space.sub_by_used[t].get(m)
+            if opts:
+                g = base.with_offset(t, off)
+                yield _SplitRun(((t,), (m,)), [opts],
+                                g.with_layout(t, self._first_guess(t, opts, g, off)))
+
     def _screen(self, ev: Evaluator, runs: Iterator[_SplitRun], trial,
                 out: list[_SplitRun]) -> Iterator[None]:
         """Price each split of ``runs`` as it is built (one evaluation each), appending it to
@@ -269,7 +297,8 @@ class Polisher:
 
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], splits: list[_SplitRun],
                base: Genotype, trial, screened: bool = False) -> Iterator[None]:
-        """Tasks ``tasks`` (two or three) side by side on consecutive windows of their group
+        """One task on type windows (:meth:`_window_runs`): one turn over its layouts on each
+        window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on consecutive windows of their group
         (:meth:`_split_shapes`; the first window at every offset of :meth:`_split_offsets`): each
         task but the first starts on a first guess (:meth:`_first_guess`), then the tasks take
         turns, each its best layout on its window given the others', until all but one kept
@@ -287,8 +316,8 @@ class Polisher:
         k = len(tasks)
         turning = list(range(len(splits)))
         if screened:  # only the best-priced splits turn (``split_screen``)
-            turning = sorted(turning, key=lambda i: (splits[i].fitness, i))[
-                : self.options.split_screen]
+            cut = self.options.split_screen if k > 1 else self.options.window_screen
+            turning = sorted(turning, key=lambda i: (splits[i].fitness, i))[: cut]
         for turn in range(max(k, self.options.split_turns)):
             for i in turning:
                 run = splits[i]
@@ -309,12 +338,15 @@ class Polisher:
                 run.kept = run.kept + 1 if run.genotype.layout(t) == before else 0
             # a split stops turning at a fixed point (all but one task kept their layouts in
             # a row)
-            turning = [i for i in turning if not (turn >= k and splits[i].kept >= k - 1)]
+            turning = [i for i in turning
+                       if not (k == 1 or (turn >= k and splits[i].kept >= k - 1))]
             if self.options.split_halving and len(turning) > 1:
                 turning = sorted(turning, key=lambda i: (splits[i].fitness, i))[
                     : (len(turning) + 1) // 2]
             if not turning:
                 break
+        if k == 1:
+            return
         size = self.space.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
@@ -383,8 +415,19 @@ class Polisher:
         options = {t: len(self._options(t, size[t])) for t in size}
         quick = sum(len(self.space.layout_options[t]) for t in size) if self.options.quick_sweep else 0
         return (quick + sum(options.values()) + int(self.options.type_blocks)
-                + int(self.space.relay_gene)
+                + int(self.space.relay_gene) + self.window_cost()
                 + sum(self.split_cost(tasks) for tasks in self._splits()))
+
+    def window_cost(self) -> int:
+        """About how many evaluations the type windows of a pass take (counted): with T GPU
+        types, at most 2T windows a task, each priced once, then ``window_screen`` of them
+        over the task's layouts on a window (none unscreened: the windows go with the
+        splits' screen)."""
+        types = len(set(self.space.facts.gpu))
+        if not (self.options.window_screen and self.options.split_screen) or types < 2:
+            return 0
+        return sum(2 * types + self.options.window_screen * max(map(len, by.values()), default=0)
+                   for by in self.space.sub_by_used.values())
 
     def split_cost(self, tasks: tuple[str, ...]) -> int:
         """About how many evaluations :meth:`_split` of ``tasks`` takes (counted): the turns
@@ -493,12 +536,13 @@ class Polisher:
         return base
 
     def _screened_splits(self, ev: Evaluator, base: Genotype, trial) -> Iterator[None]:
-        """``split_screen``: every split of every task set priced as built first, then the
-        task sets in order of their best-priced split, each turning its ``split_screen``
-        best-priced splits only: a split's first guesses already tell the windows that pay
-        from those that do not, and the task set whose splits pay no longer waits for the
-        turns of those before it (docs/search-history.md, "The best plan carried, splits
-        screened")."""
+        """``split_screen``: every split of every task set priced as built first (and, with
+        ``window_screen``, each task alone on each type window: :meth:`_window_runs`), then
+        the task sets in order of their best-priced split, each turning its ``split_screen``
+        (a task alone: ``window_screen``) best-priced splits only: a split's first guesses
+        already tell the windows that pay from those that do not, and the task set whose
+        splits pay no longer waits for the turns of those before it (docs/search-history.md,
+        "The best plan carried, splits screened"; "Type windows in the screen")."""
         size = self.space.group_size
         sets = []
         for tasks in self._splits():
@@ -508,6 +552,12 @@ class Polisher:
                                     trial, runs)
             sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), tasks,
                          runs, split_base))
+        if self.options.window_screen:  # each task alone on each type window
+            for t in [t for t, _ in base.layouts]:
+                runs = []
+                yield from self._screen(ev, self._window_runs(t, base), trial, runs)
+                sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), (t,),
+                             runs, base))
         for _, _, tasks, runs, split_base in sorted(sets, key=lambda x: x[:2]):
             yield from self._split(ev, tasks, runs, split_base, trial, screened=True)
 

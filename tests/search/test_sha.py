@@ -822,7 +822,8 @@ def test_screened_splits_price_every_split_then_turn_only_the_best_priced():
 
     def run(screen: int):
         arm = Arm((tasks,), (24,), model, DeviceFacts.of(model), np.random.default_rng(0),
-                  options=SHAOptions(polish=PolishOptions(split_screen=screen)))
+                  options=SHAOptions(polish=PolishOptions(split_screen=screen,
+                                                          window_screen=0)))
         seen = []
         base = arm.seeded_genotype()
         p = arm.polisher
@@ -855,6 +856,59 @@ def test_screened_splits_price_every_split_then_turn_only_the_best_priced():
     _, unscreened, _ = run(0)
     assert len(seen) < len(unscreened)
     assert 0.5 * len(seen) <= sum(arm.polisher.split_cost(t) for t in sets) <= 2 * len(seen)
+
+
+def test_type_windows_hold_each_gpu_type_and_all_but_one_and_are_screened_with_the_splits():
+    """``window_screen``: on a type-blocked group, a task's type windows are each GPU type's
+    block and its complement; after the splits, each task alone is priced once on each window
+    (a first guess), and only the ``window_screen`` best-priced windows of a task turn over its
+    layouts there; the count the final phase plans with is of the same order."""
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    cluster = cluster_preset("paper64-single-region")
+    model = CostModel(wl, cluster)
+    tasks = tuple(wl.task_names)
+    ev = Evaluator(wl, cluster, Budget(evaluations=10**6), model=model)
+    arm = Arm((tasks,), (64,), model, DeviceFacts.of(model), np.random.default_rng(0),
+              options=SHAOptions(polish=PolishOptions(window_screen=2)))
+    p = arm.polisher
+    base = p.type_blocked(arm.seeded_genotype())
+    gpu = [p.space.facts.gpu[d] for d in base.order]
+    blocks: list[list[int]] = []  # [start, size] of each type's block
+    for i, t in enumerate(gpu):
+        if i == 0 or t != gpu[i - 1]:
+            blocks.append([i, 0])
+        blocks[-1][1] += 1
+    assert len(blocks) == len(set(gpu)) >= 2  # one block per type
+    expected = set()
+    for start, size in blocks:
+        expected |= {(start, size), ((start + size) % 64, 64 - size)}
+    windows = p.type_windows(base, 0)
+    assert set(windows) == {w for w in expected if p.space.aligned(w[1], 64)}
+    for off, m in windows:  # a window holds one type, or every type but one
+        kinds = {gpu[(off + k) % 64] for k in range(m)}
+        assert len(kinds) in (1, len(set(gpu)) - 1)
+
+    seen = []
+    for _ in p._screened_splits(ev, base, lambda g, f: seen.append(g)):
+        pass
+    runs = {t: list(p._window_runs(t, base)) for t in tasks}
+    count = sum(len(r) for r in runs.values())
+    assert count == sum(1 for t in tasks for _, m in windows if p.space.sub_by_used[t].get(m))
+    splits = sum(len(list(p._split_runs(s, 64, p._split_base(base, s)))) for s in p._splits())
+    # every split, then every window run, priced as built
+    assert seen[splits:splits + count] == [r.genotype for t in tasks for r in runs[t]]
+    # a task alone turns over its layouts on at most two of its windows
+    turned = []
+    for t in tasks:
+        moved = {(g.offset(t), g.layout(t)) for g in seen[splits + count:]
+                 if all(g.layout(u) == base.layout(u) and g.offset(u) == base.offset(u)
+                        for u in tasks if u != t)}
+        turned.append({off for off, lay in moved
+                       if (off, lay[0] * lay[1] * lay[2]) in windows})
+    assert all(len(on) <= 2 for on in turned) and any(turned)
+    cost = p.window_cost()
+    moves = count + sum(2 * max(map(len, p.space.sub_by_used[t].values())) for t in tasks)
+    assert 0.5 * moves <= cost <= 2 * moves
 
 
 def test_a_plan_merged_into_one_group_keeps_its_placements_and_its_price(small_workload,

@@ -171,6 +171,8 @@ def test_a_misspelled_option_is_an_error_naming_it_and_the_known_ones():
     ({"warm_start": False, "warm_tuned": 2}, "warm_tuned = 2: does nothing with warm_start"),
     ({"screening": False, "screening_fraction": 0.1}, "does nothing with screening=False"),
     ({"sub_layouts": False, "p_sub": 0.1}, "does nothing with sub_layouts=False"),
+    ({"split_screen": 0, "window_screen": 3}, "window_screen = 3: does nothing with split_scr"),
+    ({"window_screen": -1}, "window_screen.*must be >= 0"),
     ({"polish": 1}, "polish.*must be bool"),
 ])
 def test_options_are_checked_for_type_and_range(options, match):
@@ -188,6 +190,8 @@ def test_options_are_a_frozen_dataclass_with_documented_defaults():
     n = get_scheduler("hetrl", stall_steps=5, warm_start=False).options
     assert n.polish == PolishOptions(stall_steps=5) and n.warm_start is None
     assert get_scheduler("hetrl", polish=False).options.polish is None
+    off = get_scheduler("hetrl", split_screen=0, window_screen=0).options.polish
+    assert (off.split_screen, off.window_screen) == (0, 0)
     assert get_scheduler("deap", population=4, cxpb=1).options.cxpb == 1
 
 
