@@ -189,7 +189,7 @@ class PolishOptions:
     #: price every split as built first, and turn only this many best-priced splits of each
     #: task set, the task sets in order of their best-priced split (0: every split turns,
     #: the task sets in their own order)
-    split_screen: int = 8
+    split_screen: int = 16
     #: with the splits' screen, each task alone on each type window of its group (each GPU
     #: type's GPUs, and all but one type's) priced on a first guess, and this many
     #: best-priced windows of each task turn over its layouts there (0: no type windows)
