@@ -5,9 +5,9 @@ in blocks of one type, pairs (then triples) of independent
 tasks of a group split over consecutive windows of it (the tasks taking turns at their
 layouts) and each task alone on the windows of one type or all but one (screened together:
 the sets whose first-priced splits pay go first), then each task's (layout, offset) over the
-full-group and the aligned part-of-group layouts. What it finds joins the arm's population as a genotype; once a pass has converged, the
-next starts from the best after a few random moves (iterated local search). docs/search.md
-says what each step does; docs/search-history.md why.
+full-group and the aligned part-of-group layouts. What it finds joins the arm's population as
+a genotype; once a pass has converged, the next starts from the best after a few random moves
+(iterated local search). docs/search.md says what each step does; docs/search-history.md why.
 
 A :class:`Polisher` belongs to one arm of :mod:`hetrl.search.ea`, which it sees through two narrow
 interfaces: :class:`PolishArm` (price, move, adopt) and :class:`PolishSpace` (the arm's layouts
@@ -298,11 +298,11 @@ class Polisher:
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], splits: list[_SplitRun],
                base: Genotype, trial, screened: bool = False) -> Iterator[None]:
         """One task on type windows (:meth:`_window_runs`): one turn over its layouts on each
-        window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on consecutive windows of their group
-        (:meth:`_split_shapes`; the first window at every offset of :meth:`_split_offsets`): each
-        task but the first starts on a first guess (:meth:`_first_guess`), then the tasks take
-        turns, each its best layout on its window given the others', until all but one kept
-        theirs in a row (at most ``split_turns``). The turns go breadth first over all the
+        window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on
+        consecutive windows of their group (:meth:`_split_shapes`; the first window at every
+        offset of :meth:`_split_offsets`): each task but the first starts on a first guess
+        (:meth:`_first_guess`), then the tasks take turns, each its best layout on its window
+        given the others', until all but one kept theirs in a row (at most ``split_turns``). The turns go breadth first over all the
         splits and, with ``split_halving``, after each turn only the better half of the splits
         still turning goes on (successive halving, the turns being the resource: a split whose
         first turns are poor rarely ends best). From the best split of each of the
