@@ -302,9 +302,9 @@ class Polisher:
         consecutive windows of their group (:meth:`_split_shapes`; the first window at every
         offset of :meth:`_split_offsets`): each task but the first starts on a first guess
         (:meth:`_first_guess`), then the tasks take turns, each its best layout on its window
-        given the others', until all but one kept theirs in a row (at most ``split_turns``). The turns go breadth first over all the
-        splits and, with ``split_halving``, after each turn only the better half of the splits
-        still turning goes on (successive halving, the turns being the resource: a split whose
+        given the others', until all but one kept theirs in a row (at most ``split_turns``).
+        The turns go breadth first over all the splits and, with ``split_halving``, after each
+        turn only the better half of the splits still turning goes on (successive halving, the turns being the resource: a split whose
         first turns are poor rarely ends best). From the best split of each of the
         ``split_starts`` best mixes (:meth:`_mix`: window sizes and the GPU types under each
         task, with ``split_mixes``; else of each shape), one pass over the other tasks'
@@ -544,20 +544,17 @@ class Polisher:
         splits pay no longer waits for the turns of those before it (docs/search-history.md,
         "The best plan carried, splits screened"; "Type windows in the screen")."""
         size = self.space.group_size
+        todo = [(tasks, self._split_base(base, tasks)) for tasks in self._splits()]
+        if self.options.window_screen:  # each task alone on each type window
+            todo += [((t,), base) for t, _ in base.layouts]
         sets = []
-        for tasks in self._splits():
-            split_base = self._split_base(base, tasks)
+        for tasks, split_base in todo:
             runs: list[_SplitRun] = []
-            yield from self._screen(ev, self._split_runs(tasks, size[tasks[0]], split_base),
-                                    trial, runs)
+            built = (self._window_runs(tasks[0], split_base) if len(tasks) == 1
+                     else self._split_runs(tasks, size[tasks[0]], split_base))
+            yield from self._screen(ev, built, trial, runs)
             sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), tasks,
                          runs, split_base))
-        if self.options.window_screen:  # each task alone on each type window
-            for t in [t for t, _ in base.layouts]:
-                runs = []
-                yield from self._screen(ev, self._window_runs(t, base), trial, runs)
-                sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), (t,),
-                             runs, base))
         for _, _, tasks, runs, split_base in sorted(sets, key=lambda x: x[:2]):
             yield from self._split(ev, tasks, runs, split_base, trial, screened=True)
 
