@@ -119,10 +119,15 @@ class WarmStartOptions:
     #: at most this many of the best-priced warm starts are tuned (coordinate descent over
     #: layouts, successive halving over them; fewer where the budget affords fewer sweeps)
     warm_tuned: int = 8
+    #: and this many more of the infeasible starts (the fastest had they fitted) take the
+    #: tuning's first step, generation's layout: its rule-of-thumb layout is what overflows
+    #: memory most often, and an infeasible start ranks after every feasible one
+    warm_repaired: int = 2
 
     def __post_init__(self) -> None:
         _fraction("hetrl option warm_fraction", self.warm_fraction)
         _at_least("warm_tuned", self.warm_tuned, 0)
+        _at_least("warm_repaired", self.warm_repaired, 0)
 
 
 @dataclass(frozen=True, kw_only=True)

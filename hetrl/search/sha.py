@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.model import CostModel
-from hetrl.search.base import Budget, BudgetExhausted, Evaluator, Scheduler, register
+from hetrl.search.base import (INFEASIBLE_PENALTY_S, Budget, BudgetExhausted, Evaluator,
+                               Scheduler, register)
 from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.genome import merged
@@ -441,8 +442,10 @@ class _SHABase(Scheduler):
         """Successive halving over the priced warm starts. A start's price ranks it only
         roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
         best tensor-parallel width depends on the KV room; docs/search-history.md, "Numbers
-        moved from the docstrings"). So first the ``warm_tuned`` best-priced starts tune generation's layout alone
-        (:meth:`Arm.tune` over one task); then the better half of them gets a sweep over every
+        moved from the docstrings"). So first the ``warm_tuned`` best-priced starts, and the
+        ``warm_repaired`` best of the infeasible ones left (generation's guess is what
+        overflows memory most often), tune generation's layout alone (:meth:`Arm.tune` over
+        one task); then the better half of them gets a sweep over every
         task, the better half of those still improving another, and so on while ``budget``
         lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
         so more budget never ends the warm start worse."""
@@ -454,7 +457,13 @@ class _SHABase(Scheduler):
         first = tuple(t.name for t in ev.workload.tasks if t.kind == "generation")
         # the same steps in the same order whatever the budget (a smaller budget stops them
         # sooner), so that more budget never ends the warm start worse
-        alive = [[f, g, arm] for f, _, g, arm in runs[: self.options.warm_start.warm_tuned]]
+        opts = self.options.warm_start
+        best = runs[: opts.warm_tuned]
+        # an infeasible start's fitness is the penalty plus its seconds: the fastest if it
+        # fitted come first
+        repaired = [r for r in runs[opts.warm_tuned:]
+                    if r[0] >= INFEASIBLE_PENALTY_S][: opts.warm_repaired]
+        alive = [[f, g, arm] for f, _, g, arm in best + repaired]
         tasks: tuple[str, ...] | None = first or None
         while alive and budget > 0:
             going = []

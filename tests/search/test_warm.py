@@ -140,6 +140,19 @@ def test_hetrl_is_never_above_the_pool_baselines_at_the_same_budget(workload):
         assert ours <= theirs + 1e-9, name
 
 
+def test_the_fastest_infeasible_starts_take_generations_tuning_step():
+    """On hetero24, verl's pool starts overflow memory with their rule-of-thumb generation
+    layout and rank after every feasible start; generation's tuning step makes them fit and
+    they tune to the best warm start (docs/search-history.md, "Infeasible starts repaired")."""
+    wl, cl = workload_preset("qwen3-8b-ppo-sync"), cluster_preset("hetero24-two-region")
+    budget = Budget(evaluations=1000, seed=0)
+    on = get_scheduler("hetrl").search(wl, cl, budget)
+    off = get_scheduler("hetrl", warm_repaired=0).search(wl, cl, budget)
+    assert on.extra["warm_best"] < off.extra["warm_best"]
+    assert on.estimate.iteration_s < off.estimate.iteration_s
+    assert on.evaluations == off.evaluations == 1000
+
+
 def test_warm_start_and_screening_are_reported_and_can_be_turned_off(small_workload,
                                                                      small_cluster):
     budget = Budget(evaluations=300, seed=0)
@@ -173,6 +186,7 @@ def test_a_misspelled_option_is_an_error_naming_it_and_the_known_ones():
     ({"sub_layouts": False, "p_sub": 0.1}, "does nothing with sub_layouts=False"),
     ({"split_screen": 0, "window_screen": 3}, "window_screen = 3: does nothing with split_scr"),
     ({"window_screen": -1}, "window_screen.*must be >= 0"),
+    ({"warm_repaired": -1}, "warm_repaired.*must be >= 0"),
     ({"polish": 1}, "polish.*must be bool"),
 ])
 def test_options_are_checked_for_type_and_range(options, match):
