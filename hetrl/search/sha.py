@@ -37,8 +37,14 @@ from typing import Any
 import numpy as np
 
 from hetrl.cost.model import CostModel
-from hetrl.search.base import (INFEASIBLE_PENALTY_S, Budget, BudgetExhausted, Evaluator,
-                               Scheduler, register)
+from hetrl.search.base import (
+    INFEASIBLE_PENALTY_S,
+    Budget,
+    BudgetExhausted,
+    Evaluator,
+    Scheduler,
+    register,
+)
 from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.genome import merged
