@@ -18,13 +18,11 @@ true cost model (:meth:`hetrl.search.ea.Arm.tune`). The starts:
   :func:`hetrl.search.pools.verl_pools` makes them, on all GPUs and on the k fastest GPU types
   alone;
 - ``streamrl``: StreamRL's two homogeneous single-region pools of whole nodes
-  (:func:`hetrl.search.pools.streamrl_pools`), largest first;
-- ``rollout-side`` (no baseline's): generation and the frozen models' inference on the first
-  k nodes in id order, the trained models' tasks on the others (:func:`rollout_side_pools`).
+  (:func:`hetrl.search.pools.streamrl_pools`), largest first.
 
-The pool families are interleaved (each family's first structure, then each one's second,
-...), so a warm start that can afford to price only some of them prices each family's most
-capable structures.
+The three pool families are interleaved (each family's first structure, then each one's
+second, ...), so a warm start that can afford to price only some of them prices each family's
+most capable structures.
 
 The baselines' own layouts come from their own searches; here the layouts are tuned by the
 arm, with the load balancer, so the start is at least as strong a use of the same GPUs once
@@ -77,22 +75,6 @@ def from_pools(name: str, workload: WorkloadSpec, cluster: ClusterSpec,
     idle = [d for d in range(cluster.num_devices) if d not in taken]
     return Start(name, tuple(t for t, _ in canon), tuple(len(d) for _, d in canon),
                  tuple(used + idle))
-
-
-def rollout_side_pools(workload: WorkloadSpec, n: int, node: int
-                       ) -> list[list[tuple[tuple[str, ...], tuple[int, ...]]]]:
-    """Two pools in id order, k = ``node``, 2 ``node``, ... GPUs for the first: generation with
-    the inference of the models no task trains (reward, reference), which need no weight sync
-    and read only the rollouts, then the trained models' tasks (training, critic inference).
-    None where the second pool would be empty or the first hold generation alone (verl-async's
-    structure)."""
-    trained = {t.role for t in workload.tasks if t.kind == "training"}
-    first = tuple(t.name for t in workload.tasks
-                  if t.kind == "generation" or (t.kind == "inference" and t.role not in trained))
-    rest = tuple(t for t in workload.task_names if t not in first)
-    if not rest or len(first) < 2:
-        return []
-    return [[(first, tuple(range(k))), (rest, tuple(range(k, n)))] for k in range(node, n, node)]
 
 
 def region_sets(cluster: ClusterSpec) -> list[tuple[str, tuple[str, ...]]]:
@@ -160,8 +142,6 @@ def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
             renamed = [[(tasks_, tuple(ids[i] for i in at)) for tasks_, at in pools]
                        for pools in verl_pools(workload, len(ids), node, mode)]
             families.append((f"{family} on types<={types[k - 1]}", renamed))
-    # last, so that the baselines' structures keep their places in the interleaving
-    families.append(("rollout-side", rollout_side_pools(workload, cluster.num_devices, node)))
     for i in range(MAX_POOL_STARTS):
         for family, pools in families:
             if i < len(pools):

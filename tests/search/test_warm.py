@@ -17,10 +17,9 @@ from hetrl.search.genome import decode
 from hetrl.search.options import PolishOptions, SHAOptions, WarmStartOptions
 from hetrl.search.pools import streamrl_pools
 from hetrl.search.space import task_groupings
-from hetrl.search.warm import from_pools, region_sets, rollout_side_pools, starts
+from hetrl.search.warm import from_pools, region_sets, starts
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
 from hetrl.spec.presets import cluster_preset, workload_preset
-from hetrl.spec.workload import WorkloadSpec
 
 
 def three_region_cluster() -> ClusterSpec:
@@ -71,23 +70,6 @@ def test_from_pools_puts_groups_in_canonical_order_and_idle_gpus_last():
     assert s.sizes == (24, 24)
     assert s.order[:24] == tuple(range(24, 48)) and s.order[24:48] == tuple(range(24))
     assert s.order[48:] == tuple(range(48, 64))  # the L4s idle
-
-
-def test_rollout_side_pools_put_the_frozen_models_with_generation():
-    ppo = workload_preset("qwen3-8b-ppo-sync")
-    pools = rollout_side_pools(ppo, 24, 8)
-    assert [len(p[0][1]) for p in pools] == [8, 16]  # whole nodes, in id order
-    (gen_side, first), (trained, rest) = pools[0]
-    assert gen_side == ("actor_generation", "reward_inference", "reference_inference")
-    assert trained == ("critic_inference", "actor_training", "critic_training")
-    assert first + rest == tuple(range(24))
-    # no frozen model (rule reward, no KL): generation alone is verl-async's structure
-    d = workload_preset("qwen3-8b-grpo-async").to_dict()
-    d.update(reward="rule", kl="none", model="qwen3-8b")
-    d.pop("models")
-    assert rollout_side_pools(WorkloadSpec.from_dict(d), 24, 8) == []
-    names = {s.name for s in starts(ppo, cluster_preset("paper64-multi-continent"))}
-    assert "rollout-side" in names
 
 
 def test_region_sets_grow_by_the_best_link():
