@@ -451,7 +451,8 @@ class _SHABase(Scheduler):
         moved from the docstrings"). So first the ``warm_tuned`` best-priced starts, and the
         ``warm_repaired`` best of the infeasible ones left (generation's guess is what
         overflows memory most often), tune generation's layout alone (:meth:`Arm.tune` over
-        one task); then the better half of them gets a sweep over every
+        one task); then the better half of the best-priced (and each repaired start that
+        beats all of them: none takes a best-priced one's place) gets a sweep over every
         task, the better half of those still improving another, and so on while ``budget``
         lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
         so more budget never ends the warm start worse."""
@@ -469,7 +470,9 @@ class _SHABase(Scheduler):
         # fitted come first
         repaired = [r for r in runs[opts.warm_tuned:]
                     if r[0] >= INFEASIBLE_PENALTY_S][: opts.warm_repaired]
-        alive = [[f, g, arm] for f, _, g, arm in best + repaired]
+        # [fitness, genotype, arm, repaired]
+        alive = [[f, g, arm, False] for f, _, g, arm in best] + [
+            [f, g, arm, True] for f, _, g, arm in repaired]
         tasks: tuple[str, ...] | None = first or None
         while alive and budget > 0:
             going = []
@@ -483,7 +486,13 @@ class _SHABase(Scheduler):
                 if improved or tasks is not None:
                     going.append(run)
             going.sort(key=lambda r: r[0])
-            alive = going[: max(1, len(going) // 2)] if len(going) > 1 else going
+            # the better half of the best-priced starts, as without the repaired ones, and
+            # each repaired start that does better than all of them (a repaired start never
+            # takes a best-priced one's place: the tuning's budget binds at small budgets)
+            priced = [r for r in going if not r[3]]
+            kept = priced[: max(1, len(priced) // 2)] if len(priced) > 1 else priced
+            bar = kept[0][0] if kept else math.inf
+            alive = [r for r in going if any(r is k for k in kept) or (r[3] and r[0] < bar)]
             tasks = None  # after generation's step: sweeps over every task
 
     @staticmethod
