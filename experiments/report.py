@@ -58,11 +58,11 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "batches (`experiments/bench_search.py --only convergence`: docs/search.md, \"Budgets "
         "and convergence\"), 3,000 evaluations come within 1% of the 30,000-evaluation plan "
         "on seven of eight jobs and are 14% slower on the eighth (1,024 GPUs), and 30,000 "
-        "are up to 6% above a 300 s search; `--full` searches 30,000. Every system "
-        "gets the same budget, and HetRL's warm start makes it at least as good as the pool baselines at any budget from "
-        "1,000 evaluations on (experiments/bench_floor.py). The share of each figure's searches "
-        "that ended converged (the best improved by less than 0.5% over the last half of the "
-        "budget; docs/search.md) -- a search can stall at a plan a longer one beats, so a "
+        "are up to 6% above a 300 s search; `--full` searches 30,000. Every system gets the "
+        "same budget, and HetRL's warm start makes it at least as good as the pool baselines "
+        "at any budget from 1,000 evaluations on (experiments/bench_floor.py). The share of "
+        "each figure's searches that ended converged (the best improved by less than 0.5% "
+        "over the last half of the budget; docs/search.md) -- a search can stall at a plan a longer one beats, so a "
         "converged search is not proof of the optimum, an unconverged one is proof the budget "
         "was short:",
         "",

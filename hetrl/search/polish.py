@@ -304,8 +304,9 @@ class Polisher:
         (:meth:`_first_guess`), then the tasks take turns, each its best layout on its window
         given the others', until all but one kept theirs in a row (at most ``split_turns``).
         The turns go breadth first over all the splits and, with ``split_halving``, after each
-        turn only the better half of the splits still turning goes on (successive halving, the turns being the resource: a split whose
-        first turns are poor rarely ends best). From the best split of each of the
+        turn only the better half of the splits still turning goes on (successive halving, the
+        turns being the resource: a split whose first turns are poor rarely ends best). From
+        the best split of each of the
         ``split_starts`` best mixes (:meth:`_mix`: window sizes and the GPU types under each
         task, with ``split_mixes``; else of each shape), one pass over the other tasks'
         (layout, offset) options: a group's tasks are coupled through memory (a task that

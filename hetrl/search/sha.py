@@ -490,9 +490,9 @@ class _SHABase(Scheduler):
             # each repaired start that does better than all of them (a repaired start never
             # takes a best-priced one's place: the tuning's budget binds at small budgets)
             priced = [r for r in going if not r[3]]
-            kept = priced[: max(1, len(priced) // 2)] if len(priced) > 1 else priced
+            kept = priced[: max(1, len(priced) // 2)]
             bar = kept[0][0] if kept else math.inf
-            alive = [r for r in going if any(r is k for k in kept) or (r[3] and r[0] < bar)]
+            alive = [r for r in going if r[3] and r[0] < bar] + kept  # (still in fitness order)
             tasks = None  # after generation's step: sweeps over every task
 
     @staticmethod
