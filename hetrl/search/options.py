@@ -199,6 +199,10 @@ class PolishOptions:
     #: type's GPUs, and all but one type's) priced on a first guess, and this many
     #: best-priced windows of each task turn over its layouts there (0: no type windows)
     window_screen: int = 2
+    #: a task's moves in the sweeps and coordinate passes: each of its windows priced once on
+    #: a first guess, then this many best-priced windows (and its own) over all their layouts
+    #: (0: every (layout, offset) option priced)
+    sweep_screen: int = 3
     #: hold a finalist's polish back until its EA went this many evaluations without a gain
     stall_steps: int = 0
     #: a polish call's cap is a third of the budget divided by this
@@ -207,7 +211,7 @@ class PolishOptions:
     def __post_init__(self) -> None:
         for name, low in (("split_starts", 1), ("split_sweeps", 0), ("split_turns", 2),
                           ("kick_moves", 0), ("stall_steps", 0), ("polish_chunks", 1),
-                          ("split_screen", 0), ("window_screen", 0)):
+                          ("split_screen", 0), ("window_screen", 0), ("sweep_screen", 0)):
             _at_least(name, getattr(self, name), low)
 
 

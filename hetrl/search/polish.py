@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
+from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
+from hetrl.search.moves import TaskMoves, offsets, rank
 from hetrl.search.options import PolishOptions
 from hetrl.search.space import Layout
 from hetrl.spec.workload import WorkloadSpec
@@ -86,25 +87,13 @@ class _SplitRun:
     kept: int = 0  #: turns in a row whose task kept its layout
 
 
-def offsets(used: int, n: int) -> range:
-    """Offsets of a task using ``used`` of its group's ``n`` GPUs: multiples of gcd(used, n),
-    so windows stay aligned to the blocks the group divides into (wrapping round)."""
-    return range(0, n, math.gcd(used, n))
-
-
-def _rank(fitness: float, need: float) -> tuple[float, ...]:
-    """How the polish compares one task's options: by fitness, ties to the option that needs
-    less memory; while the plan breaks memory, by that need first (get feasible, then fast)."""
-    if fitness >= INFEASIBLE_PENALTY_S:
-        return (INFEASIBLE_PENALTY_S, need, fitness)
-    return (fitness, need)
-
-
 class Polisher:
     """The polish of one arm: its pass in progress and what the last pass ended with."""
 
     def __init__(self, arm: PolishArm, space: PolishSpace, options: PolishOptions):
         self.arm, self.space, self.options = arm, space, options
+        #: a task's moves: its (layout, offset) options, priced all or screened by window
+        self.moves = TaskMoves(arm, space, options)
         self._polish_cost: int | None = None
         #: the polish pass in progress (a generator, see :meth:`polish`), its [best fitness,
         #: best genotype], and the arm's best when the last pass finished
@@ -197,14 +186,6 @@ class Polisher:
                     out.append((off, m))
         return out
 
-    def _options(self, t: str, n: int) -> list[tuple[Layout, int]]:
-        """(layout, offset) pairs for task ``t`` in a group of ``n`` GPUs: full-group layouts at
-        offset 0, smaller ones at every offset that is a multiple of the GPUs they use."""
-        out = [(x, 0) for x in self.space.layout_options[t]]
-        for x in self.space.sub_options[t]:
-            out += [(x, o) for o in offsets(x[0] * x[1] * x[2], n)]
-        return out
-
     def light_base(self, g: Genotype, tasks: tuple[str, ...]) -> Genotype:
         """``g`` with every task but ``tasks`` in its least-memory (layout, offset) option (the
         least own bytes per GPU; ties: its own offset, then the most GPUs). A pair split moves
@@ -220,7 +201,7 @@ class Polisher:
             if t in tasks or t not in group:
                 continue
             own = g.offset(t)
-            lay, off = min(self._options(t, self.space.group_size[t]),
+            lay, off = min(self.moves.options(t, self.space.group_size[t]),
                            key=lambda o: (self.space.need(t, o[0]), o[1] != own,
                                           -o[0][0] * o[0][1] * o[0][2]))
             g = g.with_layout(t, lay).with_offset(t, off)
@@ -260,7 +241,7 @@ class Polisher:
                     ) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per (shape, offset) of ``tasks`` on a group of ``n`` GPUs
         (:meth:`_split_shapes`, :meth:`_split_offsets`), from ``base``: each task on its
-        window, each but the first on a first guess (:meth:`_first_guess`). No evaluation; a
+        window, each but the first on a first guess (:meth:`~hetrl.search.moves.TaskMoves.first_guess`). No evaluation; a
         generator, so that a split is priced as it is built and a time budget's clock is looked
         at between them (on 1,024 GPUs a triple has very many splits; docs/search-history.md,
         "The best plan carried, splits screened")."""
@@ -272,18 +253,18 @@ class Polisher:
                 for t, s in zip(order, at, strict=True):
                     g = g.with_offset(t, s)
                 for t, s, o in zip(order[1:], at[1:], opts[1:], strict=True):
-                    g = g.with_layout(t, self._first_guess(t, o, g, s))
+                    g = g.with_layout(t, self.moves.first_guess(t, o, g, s))
                 yield _SplitRun((order, ms), opts, g)
 
     def _window_runs(self, t: str, base: Genotype) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per type window of task ``t``'s group (:meth:`type_windows`):
-        ``t`` on the window, on a first guess (:meth:`_first_guess`); no evaluation."""
+        ``t`` on the window, on a first guess (:meth:`~hetrl.search.moves.TaskMoves.first_guess`); no evaluation."""
         for off, m in self.type_windows(base, self.space.group_of[t]):
             opts = self.space.sub_by_used[t].get(m)
             if opts:
                 g = base.with_offset(t, off)
                 yield _SplitRun(((t,), (m,)), [opts],
-                                g.with_layout(t, self._first_guess(t, opts, g, off)))
+                                g.with_layout(t, self.moves.first_guess(t, opts, g, off)))
 
     def _screen(self, ev: Evaluator, runs: Iterator[_SplitRun], trial,
                 out: list[_SplitRun]) -> Iterator[None]:
@@ -301,7 +282,7 @@ class Polisher:
         window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on
         consecutive windows of their group (:meth:`_split_shapes`; the first window at every
         offset of :meth:`_split_offsets`): each task but the first starts on a first guess
-        (:meth:`_first_guess`), then the tasks take turns, each its best layout on its window
+        (:meth:`~hetrl.search.moves.TaskMoves.first_guess`), then the tasks take turns, each its best layout on its window
         given the others', until all but one kept theirs in a row (at most ``split_turns``).
         The turns go breadth first over all the splits and, with ``split_halving``, after each
         turn only the better half of the splits still turning goes on (successive halving, the
@@ -332,9 +313,9 @@ class Polisher:
                     yield
                     # ties (common: the task is off the critical path) go to the layout that
                     # needs the least memory, leaving room to the others
-                    rank = _rank(f, self.space.need(t, x))
-                    if best_t is None or rank < best_t[0]:
-                        best_t = (rank, f, h)
+                    r = rank(f, self.space.need(t, x))
+                    if best_t is None or r < best_t[0]:
+                        best_t = (r, f, h)
                 run.fitness, run.genotype = best_t[1], best_t[2]
                 run.kept = run.kept + 1 if run.genotype.layout(t) == before else 0
             # a split stops turning at a fixed point (all but one task kept their layouts in
@@ -348,7 +329,6 @@ class Polisher:
                 break
         if k == 1:
             return
-        size = self.space.group_size
         others = [t for t, _ in base.layouts if t not in tasks]
         starts, seen = [], set()
         # a stable sort: ties keep the order the splits were made in
@@ -359,18 +339,7 @@ class Polisher:
                 starts.append((run.fitness, run.genotype))
         for f0, g in starts[: self.options.split_starts]:
             for t in others * self.options.split_sweeps:  # greedily, each task keeping its best option
-                cur = (g.layout(t), g.offset(t))
-                here = (_rank(f0, self.space.need(t, cur[0])), f0, g)
-                for lay, off in self._options(t, size[t]):
-                    if (lay, off) != cur:
-                        h = g.with_layout(t, lay).with_offset(t, off)
-                        f = self.arm.fitness(ev, h)
-                        trial(h, f)
-                        yield
-                        rank = _rank(f, self.space.need(t, lay))
-                        if rank < here[0]:
-                            here = (rank, f, h)
-                f0, g = here[1], here[2]
+                f0, g = yield from self.moves.sweep(ev, t, g, f0, trial)
 
     def _mix(self, run: _SplitRun) -> frozenset[tuple[str, int, tuple[tuple[int, int], ...]]]:
         """What a split puts where, whatever the order its tasks were taken in: per task its
@@ -389,21 +358,6 @@ class Polisher:
         """The GPUs of ``task``'s group in ``g``, in order."""
         return g.slices()[self.space.group_of[task]]
 
-    def _first_guess(self, t: str, options: list[Layout], g: Genotype, start: int) -> Layout:
-        """A layout of ``options`` for task ``t`` on the window of its group's GPUs from
-        ``start`` on, chosen without an evaluation: the most data-parallel one whose own memory
-        fits the window's smallest GPU (as :meth:`seeded_genotype`), else the one needing least.
-        The pair's other task picks its layout against this one first: against a layout that
-        cannot fit, it would pick by memory alone."""
-        part = self._part(g, t)
-        used = options[0][0] * options[0][1] * options[0][2]
-        room = min(self.space.facts.memory[part[(start + k) % len(part)]] for k in range(used)) * (
-            self.space.room)
-        fitting = [x for x in options if self.space.need(t, x) < room]
-        if not fitting:
-            return min(options, key=lambda x: self.space.need(t, x))
-        return max(fitting, key=lambda x: (x[0], -x[1]))
-
     def polish_cost(self) -> int:
         """About how many evaluations one polish pass takes (counted, not evaluated): the pair
         splits, the sweeps from the best split of each shape, and one coordinate pass."""
@@ -413,7 +367,7 @@ class Polisher:
 
     def _count_polish(self) -> int:
         size = self.space.group_size
-        options = {t: len(self._options(t, size[t])) for t in size}
+        options = {t: self.moves.cost(t) for t in size}
         quick = sum(len(self.space.layout_options[t]) for t in size) if self.options.quick_sweep else 0
         return (quick + sum(options.values()) + int(self.options.type_blocks)
                 + int(self.space.relay_gene) + self.window_cost()
@@ -451,7 +405,7 @@ class Polisher:
         # with halving, half the splits go on after each turn
         total = (count if screen else 0) + sum(
             c // 2 ** r if self.options.split_halving else c for r, c in enumerate(turns))
-        others = sum(len(self._options(t, size[t])) for t in size if t not in tasks)
+        others = sum(self.moves.cost(t) for t in size if t not in tasks)
         return total + min(shapes, self.options.split_starts) * self.options.split_sweeps * others
 
     def polish_pending(self) -> bool:
@@ -597,11 +551,6 @@ class Polisher:
                         yield from self._split(ev, tasks, list(self._split_runs(
                             tasks, size[tasks[0]], split_base)), split_base, trial)
             for t in [t for t, _ in current()[1].layouts]:
-                base = current()[1]
-                cur = (base.layout(t), base.offset(t))
-                for lay, off in self._options(t, size[t]):
-                    if (lay, off) != cur:
-                        trial(base.with_layout(t, lay).with_offset(t, off))
-                        yield
+                yield from self.moves.sweep(ev, t, current()[1], current()[0], trial)
             if current()[0] >= start:
                 break

@@ -363,7 +363,7 @@ def test_sub_layouts_complete_level_4(n):
 
 
 def test_offsets_are_block_aligned():
-    from hetrl.search.polish import offsets
+    from hetrl.search.moves import offsets
 
     assert list(offsets(16, 24)) == [0, 8, 16]
     assert list(offsets(8, 16)) == [0, 8]
@@ -646,7 +646,7 @@ def test_a_pair_split_starts_from_a_guess_that_fits(small_workload, small_cluste
                 if small_workload.task(t).kind == "training")
     room = min(arm.facts.memory) * 0.9 * arm.model.params.usable_memory_fraction
     for used, options in arm.sub_by_used[task].items():
-        guess = arm.polisher._first_guess(task, options, g, 0)
+        guess = arm.polisher.moves.first_guess(task, options, g, 0)
         assert guess in options
         window = [g.order[k % len(g.order)] for k in range(used)]
         fits = [x for x in options if arm._need(task, x) < min(
