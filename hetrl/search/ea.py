@@ -22,7 +22,7 @@ descent on levels 4-5 that lives in hetrl/search/polish.py (``Arm.polisher``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from hetrl.cost.fsdp import fsdp_memory_bytes
 from hetrl.cost.model import CostModel
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
+from hetrl.search.kernels import locality_swaps
 from hetrl.search.options import SHAOptions
 from hetrl.search.polish import Polisher, PolishSpace
 from hetrl.search.space import Layout, placement_fields
@@ -72,7 +73,7 @@ class DeviceFacts:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                               int, int, int, int]:
         """``node``, ``zone``, ``region`` and ``gpu`` as arrays, and the counts of nodes, zones,
-        regions and GPU types (for the local search's vectorised scores)."""
+        regions and GPU types (for the local search's swap loop)."""
         arrays = [np.asarray(x) for x in (self.node, self.zone, self.region, self.gpu)]
         return (*arrays, *(int(a.max()) + 1 for a in arrays))
 
@@ -97,53 +98,13 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
         bounds.append((start, len(order_l)))  # the unused devices form a group of their own
     if swaps == "cross" and len(bounds) > 1:
         node, zone, region, gpu, n_node, n_zone, n_region, n_gpu = facts.arrays
-        n_groups = len(bounds)
         group_of = np.empty(len(order_l), dtype=np.int64)
         for g, (lo, hi) in enumerate(bounds):
             group_of[lo:hi] = g
-        for _ in range(max_swaps):
-            arr = np.asarray(order_l)
-            # counts of each group's devices per node / zone / region
-            cn = np.bincount(group_of * n_node + node[arr], minlength=n_groups * n_node
-                             ).reshape(n_groups, n_node)
-            cz = np.bincount(group_of * n_zone + zone[arr], minlength=n_groups * n_zone
-                             ).reshape(n_groups, n_zone)
-            cr = np.bincount(group_of * n_region + region[arr], minlength=n_groups * n_region
-                             ).reshape(n_groups, n_region)
-            # one representative position per (group, node, gpu type) class
-            # (np.unique's first indices, without its overhead: a stable sort keeps positions
-            # in order inside a class, and classes sorted by (group, node, gpu type))
-            keys = (group_of * n_node + node[arr]) * n_gpu + gpu[arr]
-            by_key = np.argsort(keys, kind="stable")
-            sorted_keys = keys[by_key]
-            starts = np.empty(sorted_keys.size, dtype=bool)
-            starts[0] = True
-            np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts[1:])
-            first = by_key[starts]
-            reps = arr[first]
-            rg = group_of[first]
-            rn, rz, rr, rt = node[reps], zone[reps], region[reps], gpu[reps]
-            # NM[g, i]: locality of rep i with group g as a non-member; a member scores AFF_NODE less
-            n_ = cn[:, rn]
-            z_ = cz[:, rz]
-            r_ = cr[:, rr]
-            nm = AFF_NODE * n_ + AFF_ZONE * (z_ - n_) + AFF_REGION * (r_ - z_)
-            same_node = rn[:, None] == rn[None, :]
-            aff = np.where(same_node, AFF_NODE, np.where(
-                rz[:, None] == rz[None, :], AFF_ZONE,
-                np.where(rr[:, None] == rr[None, :], AFF_REGION, 0)))
-            own = nm[rg, np.arange(len(reps))] - AFF_NODE  # member score in its own group
-            # gain of swapping rep i (group rg[i]) with rep j (group rg[j])
-            gain = (nm[rg[None, :], np.arange(len(reps))[:, None]] + nm[rg[:, None],
-                    np.arange(len(reps))[None, :]] - 2 * aff - own[:, None] - own[None, :])
-            valid = (rg[:, None] < rg[None, :]) & (rt[:, None] == rt[None, :]) & ~same_node
-            gain = np.where(valid, gain, 0)
-            k = int(np.argmax(gain))
-            if gain.flat[k] <= 0:
-                break
-            i, j = divmod(k, len(reps))
-            pa, pb = int(first[i]), int(first[j])
-            order_l[pa], order_l[pb] = order_l[pb], order_l[pa]
+        arr = np.asarray(order_l, dtype=np.int64)
+        locality_swaps(arr, group_of, len(bounds), node, zone, region, gpu, n_node, n_zone,
+                       n_region, n_gpu, AFF_NODE, AFF_ZONE, AFF_REGION, max_swaps)
+        order_l = arr.tolist()
     # Inside each group: node by node, nodes in order of first appearance (the genotype keeps
     # control of which nodes come first).
     for lo, hi in bounds[: len(sizes)]:
@@ -153,6 +114,27 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
             rank.setdefault(facts.node[d], len(rank))
         order_l[lo:hi] = sorted(part, key=lambda d: rank[facts.node[d]])
     return tuple(order_l)
+
+
+def aligned(used: int, n: int, node_size: int) -> bool:
+    """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a multiple
+    of the node size, or half the group."""
+    return used % node_size == 0 or 2 * used == n
+
+
+@lru_cache(maxsize=4096)
+def _aligned_sub_layouts(workload, task: str, n: int, node_size: int
+                         ) -> tuple[tuple[Layout, ...], dict[int, list[Layout]]]:
+    """Task ``task``'s part-of-group layouts on a group of ``n`` GPUs whose size is aligned
+    (:func:`aligned`), and the same by the GPUs each uses (dp * pp * tp). A memo shared by the
+    arms (read, never changed): every arm of a search asks, and on 1,024 GPUs a task has tens
+    of thousands for each of hundreds of arms."""
+    options = tuple(x for x in candidate_sub_layouts(workload, task, n)
+                    if aligned(x[0] * x[1] * x[2], n, node_size))
+    by_used: dict[int, list[Layout]] = {}
+    for x in options:
+        by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
+    return options, by_used
 
 
 class Arm:
@@ -195,18 +177,14 @@ class Arm:
         # Only parts aligned to the cluster's blocks: a multiple of the node size, or half the
         # group (see ``aligned``).
         self.node_size = max(n.count for n in model.cluster.nodes)
-        self.sub_options = {t: tuple(x for x in candidate_sub_layouts(wl, t, sizes[i])
-                                     if self.aligned(x[0] * x[1] * x[2], sizes[i]))
-                            if o.sub_layouts else () for i, g in enumerate(groups) for t in g}
+        subs = {t: _aligned_sub_layouts(wl, t, sizes[i], self.node_size) if o.sub_layouts
+                else ((), {}) for i, g in enumerate(groups) for t in g}
+        self.sub_options = {t: sub[0] for t, sub in subs.items()}
         #: per task: its group's GPU count, and its part-of-group layouts by GPUs used
         #: per task: the index of its group, and its group's GPU count
         self.group_of = {t: i for i, g in enumerate(groups) for t in g}
         self.group_size = {t: sizes[i] for t, i in self.group_of.items()}
-        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {}
-        for t, opts in self.sub_options.items():
-            by_used = self.sub_by_used[t] = {}
-            for x in opts:
-                by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
+        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {t: sub[1] for t, sub in subs.items()}
         self._needs: dict[tuple[str, Layout], float] = {}
         self._improved: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
         #: the polish of this arm (hetrl/search/polish.py); None without the polish
@@ -218,7 +196,7 @@ class Arm:
     def aligned(self, used: int, n: int) -> bool:
         """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
         multiple of the node size, or half the group."""
-        return used % self.node_size == 0 or 2 * used == n
+        return aligned(used, n, self.node_size)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -338,8 +316,8 @@ class Arm:
         wl = self.model.workload
         fitting = self._fitting(t, devices)
         if wl.task(t).kind == "generation":
-            room = [x for x in fitting if self._need(t, x) <= 0.4 * min(
-                f.memory[d] for d in devices[: x[0] * x[1] * x[2]])]
+            low = np.minimum.accumulate([f.memory[d] for d in devices])  # the smallest GPU so far
+            room = [x for x in fitting if self._need(t, x) <= 0.4 * low[x[0] * x[1] * x[2] - 1]]
             fitting = room or fitting
         return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
 
