@@ -10,9 +10,11 @@ would (batch j waits for training of batch j-1-k plus the sync). In steady state
 the larger of (a) the dependency cycle through k+1 iterations, (T_gen + T_inf + T_train +
 T_sync) / (k + 1), (b) the busiest device's work per iteration (every task on it, plus the
 weight load on generation devices), and (c) the training stage plus the inference tasks of
-trained models (training consumes batches in order; critic inference and the actor's log-prob
-recomputation of batch i+1 need the model trained on batch i): overlap is limited by shared
-devices, weight sync and those tasks.
+trained models and those on the trainer's GPUs (training consumes batches in order; critic
+inference and the actor's log-prob recomputation of batch i+1 need the model trained on batch
+i; a task holds all its GPUs while it runs, so inference of batch i+1 that shares GPUs with
+training, directly or through another inference task, runs between training on batch i and
+on batch i+1): overlap is limited by shared devices, weight sync and those tasks.
 """
 
 from __future__ import annotations
@@ -80,6 +82,23 @@ def _merge_steps(names: Sequence[str], devices: Mapping[str, frozenset[int]]
     return steps
 
 
+def _on_trainer(stages: Sequence[Sequence[str]], devices: Mapping[str, frozenset[int]]
+                ) -> set[str]:
+    """The inference tasks (``stages[1]``) that share GPUs with a training task, directly or
+    through other inference tasks sharing GPUs with one that does."""
+    reach = frozenset().union(*[devices[n] for n in stages[-1]])
+    out: set[str] = set()
+    grown = True
+    while grown:
+        grown = False
+        for n in stages[1]:
+            if n not in out and not devices[n].isdisjoint(reach):
+                out.add(n)
+                reach = reach | devices[n]
+                grown = True
+    return out
+
+
 def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float],
                    devices: Mapping[str, frozenset[int]], sync_s: float, mode: str,
                    staleness: int, eta: float | None, memo: dict | None = None
@@ -104,7 +123,11 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
     # actor's old log-probs) of batch i+1 needs it trained on batch i: a cycle of one
     # iteration through the training stage.
     trained = [n for n in NEEDS_TRAINED if n in seconds]
-    cycle = spans[-1] + (stage_makespan(trained, seconds, devices, eta) if trained else 0.0)
+    # ... and inference of batch i+1 on GPUs that training holds (with the tasks that share
+    # GPUs with it, transitively: a task holds all its GPUs while it runs) waits for training
+    # on batch i, and training on batch i+1 waits for it: one cycle through the trainer's GPUs
+    names = [n for n in stages[1] if n in trained or n in _on_trainer(stages, devices)]
+    cycle = spans[-1] + (stage_makespan(names, seconds, devices, eta) if names else 0.0)
     busy: dict[int, float] = {}
     for names in stages:
         for name in names:

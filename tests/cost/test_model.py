@@ -146,6 +146,33 @@ def test_async_disjoint_generation_by_hand(a100x8):
     assert a.iteration_s <= s.iteration_s
 
 
+def test_async_inference_on_the_trainers_gpus_is_on_the_consumers_cycle(a100x8):
+    """GRPO async, generation and reference inference on GPUs 0-3, training on 4-7, reward
+    inference on all 8: reward of batch i+1 needs the trainer's GPUs, so it waits for training
+    on batch i (a task holds all its GPUs), reference inference shares GPUs 0-3 with it, and
+    training on batch i+1 waits for both: the consumer's cycle is training + reward + reference,
+    more than any one GPU's work (the simulator runs it so: docs/cost-model.md)."""
+    from hetrl.plan import Plan, TaskGroup, make_placement
+
+    wl = workload_preset("qwen3-4b-grpo-async")
+    layers = wl.model("actor").layers
+    low, high, every = [0, 1, 2, 3], [4, 5, 6, 7], list(range(8))
+    placements = (make_placement("actor_generation", low, 4, 1, 1, layers),
+                  make_placement("reward_inference", every, 8, 1, 1,
+                                 wl.model(wl.task("reward_inference").role).layers),
+                  make_placement("reference_inference", low, 4, 1, 1, layers),
+                  make_placement("actor_training", high, 2, 1, 2, layers))
+    plan = Plan((TaskGroup(tuple(wl.task_names), tuple(every)),), placements)
+    a = CostModel(wl, a100x8).estimate(plan)
+    t = a.tasks
+    busiest = max(t["actor_generation"] + t["reward_inference"] + t["reference_inference"]
+                  + t["weight_sync"],  # GPUs 0-3 (they also load the new weights)
+                  t["reward_inference"] + t["actor_training"])  # GPUs 4-7
+    cycle = t["actor_training"] + t["reward_inference"] + t["reference_inference"]
+    assert a.iteration_s == pytest.approx(max(a.chain_s / 2, busiest, cycle), rel=1e-12)
+    assert cycle > t["reward_inference"] + t["actor_training"]
+
+
 def test_async_colocated_is_bound_by_the_busiest_device(a100x8):
     wl = workload_preset("qwen3-8b-ppo-async")
     a = CostModel(wl, a100x8).estimate(colocated_plan(wl, a100x8, tp=4))
