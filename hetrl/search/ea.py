@@ -180,11 +180,12 @@ class Arm:
         subs = {t: _aligned_sub_layouts(wl, t, sizes[i], self.node_size) if o.sub_layouts
                 else ((), {}) for i, g in enumerate(groups) for t in g}
         self.sub_options = {t: sub[0] for t, sub in subs.items()}
-        #: per task: its group's GPU count, and its part-of-group layouts by GPUs used
         #: per task: the index of its group, and its group's GPU count
         self.group_of = {t: i for i, g in enumerate(groups) for t in g}
         self.group_size = {t: sizes[i] for t, i in self.group_of.items()}
-        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {t: sub[1] for t, sub in subs.items()}
+        #: per task: its part-of-group layouts by GPUs used (shared by the arms: read only)
+        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {
+            t: sub[1] for t, sub in subs.items()}
         self._needs: dict[tuple[str, Layout], float] = {}
         self._improved: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
         #: the polish of this arm (hetrl/search/polish.py); None without the polish

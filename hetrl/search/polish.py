@@ -4,10 +4,11 @@ several regions), a quick sweep over each task's full-group layouts, then each g
 in blocks of one type, pairs (then triples) of independent
 tasks of a group split over consecutive windows of it (the tasks taking turns at their
 layouts) and each task alone on the windows of one type or all but one (screened together:
-the sets whose first-priced splits pay go first), then each task's (layout, offset) over the
-full-group and the aligned part-of-group layouts. What it finds joins the arm's population as
-a genotype; once a pass has converged, the next starts from the best after a few random moves
-(iterated local search). docs/search.md says what each step does; docs/search-history.md why.
+the sets whose first-priced splits pay go first), then each task's moves over its full-group
+and aligned part-of-group (layout, offset) options (:mod:`hetrl.search.moves`: screened by
+window, as the splits are). What it finds joins the arm's population as a genotype; once a
+pass has converged, the next starts from the best after a few random moves (iterated local
+search). docs/search.md says what each step does; docs/search-history.md why.
 
 A :class:`Polisher` belongs to one arm of :mod:`hetrl.search.ea`, which it sees through two narrow
 interfaces: :class:`PolishArm` (price, move, adopt) and :class:`PolishSpace` (the arm's layouts
@@ -241,8 +242,8 @@ class Polisher:
                     ) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per (shape, offset) of ``tasks`` on a group of ``n`` GPUs
         (:meth:`_split_shapes`, :meth:`_split_offsets`), from ``base``: each task on its
-        window, each but the first on a first guess (:meth:`~hetrl.search.moves.TaskMoves.first_guess`). No evaluation; a
-        generator, so that a split is priced as it is built and a time budget's clock is looked
+        window, each but the first on a first guess (``TaskMoves.first_guess``). No evaluation;
+        a generator, so that a split is priced as it is built and a time budget's clock is looked
         at between them (on 1,024 GPUs a triple has very many splits; docs/search-history.md,
         "The best plan carried, splits screened")."""
         k = len(tasks)
@@ -258,7 +259,7 @@ class Polisher:
 
     def _window_runs(self, t: str, base: Genotype) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per type window of task ``t``'s group (:meth:`type_windows`):
-        ``t`` on the window, on a first guess (:meth:`~hetrl.search.moves.TaskMoves.first_guess`); no evaluation."""
+        ``t`` on the window, on a first guess (``TaskMoves.first_guess``); no evaluation."""
         for off, m in self.type_windows(base, self.space.group_of[t]):
             opts = self.space.sub_by_used[t].get(m)
             if opts:
@@ -282,8 +283,9 @@ class Polisher:
         window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on
         consecutive windows of their group (:meth:`_split_shapes`; the first window at every
         offset of :meth:`_split_offsets`): each task but the first starts on a first guess
-        (:meth:`~hetrl.search.moves.TaskMoves.first_guess`), then the tasks take turns, each its best layout on its window
-        given the others', until all but one kept theirs in a row (at most ``split_turns``).
+        (``TaskMoves.first_guess``), then the tasks take turns, each its best layout on its
+        window given the others', until all but one kept theirs in a row (at most
+        ``split_turns``).
         The turns go breadth first over all the splits and, with ``split_halving``, after each
         turn only the better half of the splits still turning goes on (successive halving, the
         turns being the resource: a split whose first turns are poor rarely ends best). From
