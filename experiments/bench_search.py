@@ -1,6 +1,6 @@
 """Benchmark: search quality and search time of the schedulers (a benchmark, not a test).
 
-Prints four sections and a compact table at the end:
+Prints five sections and a compact table at the end:
 
 (a) ILP (CP-SAT) on ``hetero16-two-region`` and ``hetero24-two-region`` for a PPO and a GRPO
     job: status, its own objective, its bound, the wall time, and the plan's time under the full
@@ -18,6 +18,9 @@ Prints four sections and a compact table at the end:
     and 30,000 evaluations against a ``--reference-s`` search, and when each first came within
     2% of the best of the three (``--only convergence --parallel 2``: about 50 minutes on 2
     cores with the 600 s reference).
+(f) The figures' searches (``--only figures --parallel 2``, about 10 minutes on 2 cores): fig3's
+    16 HetRL jobs at the figures' default batch (96 prompts) at 3,000, 10,000 and 30,000
+    evaluations, each against the best of the three.
 
 Every search runs in a fresh process, so none inherits the caches (or the memory) of the one
 before it. Run: ``python experiments/bench_search.py [--quick] [--workers N] [--reference-s S]``.
@@ -32,6 +35,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import multiprocessing  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -283,6 +287,60 @@ def section_convergence(args, rows: list[Row]) -> None:
     say()
 
 
+#: section (f)'s jobs: fig3's HetRL cells (every paper64 scenario, Qwen3-8B PPO and GRPO, sync
+#: and async) at the figures' default batch, and its budgets: the default mode's and --full's
+FIGURE_SCENARIOS = ("single-region", "multi-region-hybrid", "multi-country", "multi-continent")
+FIGURE_BATCH = 96
+FIGURE_EVALS = (3_000, 10_000, 30_000)
+
+
+def _figure_job(workload: str, cluster: str, evals: int, seed: int
+                ) -> tuple[SearchResult | None, float, str]:
+    wl = workload_preset(workload).with_(batch_prompts=FIGURE_BATCH)
+    return run("hetrl", wl, cluster_preset(cluster), Budget(evaluations=evals, seed=seed))
+
+
+def section_figures(args, rows: list[Row]) -> None:
+    """(f) How converged the figures' searches are: fig3's 16 HetRL jobs at the figures' batch,
+    at 3,000, 10,000 and 30,000 evaluations, each against the best of the three (geometric
+    mean of the gaps, jobs within 1% and 3% of it, searches that ended converged)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(f"qwen3-8b-{alg}-{mode}", f"paper64-{scenario}")
+            for scenario in FIGURE_SCENARIOS for alg in ("ppo", "grpo")
+            for mode in ("sync", "async")]
+    say(f"== (f) the figures' searches: fig3's HetRL jobs, {FIGURE_BATCH} prompts, "
+        f"{', '.join(f'{n:,}' for n in FIGURE_EVALS)} evaluations, seed {args.seed}, "
+        f"{args.parallel} search(es) at a time ==")
+    say(f"{'job':<52} " + " ".join(f"{n:>9,}" for n in FIGURE_EVALS) + "  (* converged)")
+    with ThreadPoolExecutor(args.parallel) as pool:
+        futures = [(w, c, [pool.submit(_figure_job, w, c, n, args.seed) for n in FIGURE_EVALS])
+                   for w, c in jobs]
+        gaps: dict[int, list[float]] = {n: [] for n in FIGURE_EVALS}
+        converged = dict.fromkeys(FIGURE_EVALS, 0)
+        for w, c, futs in futures:
+            results = [f.result() for f in futs]
+            times = [r.estimate.iteration_s if r else None for r, _, _ in results]
+            best = min((x for x in times if x is not None), default=None)
+            for n, (r, wall, err), x in zip(FIGURE_EVALS, results, times, strict=True):
+                if x is not None and best is not None:
+                    gaps[n].append(x / best - 1)
+                    converged[n] += bool(r.converged)
+                rows.append(Row("f", f"{w} @ {c}", "hetrl", f"{n}", x, wall,
+                                f"converged={r.converged}" if r else err))
+            say(f"{w + ' @ ' + c:<52} " + " ".join(
+                f"{fmt(x):>8}{'*' if r and r.converged else ' '}"
+                for (r, _, _), x in zip(results, times, strict=True)))
+    for n in FIGURE_EVALS:
+        g = gaps[n]
+        if g:
+            mean = math.exp(sum(math.log1p(x) for x in g) / len(g)) - 1
+            say(f"  {n:>6,} evaluations: {100 * mean:+.2f}% over the best of the three "
+                f"(geometric mean); within 1%: {sum(x <= 0.01 for x in g)}/{len(g)}, within 3%: "
+                f"{sum(x <= 0.03 for x in g)}/{len(g)}; converged {converged[n]}/{len(g)}")
+    say()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter limits (about 10 minutes)")
@@ -293,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--parallel", type=int, default=1,
                     help="(e) jobs run at a time, each search in its own process (default 1)")
-    ap.add_argument("--only", choices=("small", "paper", "large", "convergence"), action="append",
+    ap.add_argument("--only", choices=("small", "paper", "large", "convergence", "figures"),
+                    action="append",
                     help="run only these sections (repeatable)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -311,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     say()
     rows: list[Row] = []
     t0 = time.perf_counter()
-    sections = args.only or ["small", "paper", "large", "convergence"]
+    sections = args.only or ["small", "paper", "large", "convergence", "figures"]
     if "small" in sections:
         section_small(args, rows)
     if "paper" in sections:
@@ -320,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         section_large(args, rows)
     if "convergence" in sections:
         section_convergence(args, rows)
+    if "figures" in sections:
+        section_figures(args, rows)
     say(f"== summary ({time.perf_counter() - t0:.0f} s in all) ==")
     say(f"{'sec':<3} {'instance':<44} {'scheduler':<18} {'budget':>6} {'iter s':>8} "
         f"{'wall s':>7}  note")
