@@ -51,14 +51,15 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "",
         *budget_table(registry, config),
         "",
-        "How converged these budgets are: the default mode's 3,000 evaluations per search "
-        "(10,000 for fig10: on all 64 GPUs the plans that beat the 48-GPU cluster's come from "
-        "polishing the co-located arm on the fast GPU types, which 3,000 does not reach) are "
-        "what fits 15 minutes on 2 cores, not proof of convergence: measured at the presets' "
-        "batches (`experiments/bench_search.py --only convergence`: docs/search.md, \"Budgets "
-        "and convergence\"), 3,000 evaluations come within 1% of the 30,000-evaluation plan "
-        "on seven of eight jobs and are 14% slower on the eighth (1,024 GPUs), and 30,000 "
-        "are up to 6% above a 300 s search; `--full` searches 30,000. Every system gets the "
+        "How converged these budgets are: the default mode's 10,000 evaluations per search in "
+        "fig3, fig4 and fig10 (fig3 and fig4 searched 3,000 until the polish's task moves were "
+        "screened by window, docs/search.md) are what fits 15 minutes on 2 cores, not proof of "
+        "convergence: on fig3's 16 HetRL jobs at this batch (`experiments/bench_search.py --only "
+        "figures`, seed 0; docs/search.md, \"Budgets and convergence\"), against the best of "
+        "3,000, 10,000 and 30,000 evaluations, 10,000 are 4.7% above it on average (geometric "
+        "mean) and within 1% on 10 of 16 jobs, 3,000 13.0% and 5 of 16, 30,000 0.5% and 15 of "
+        "16; the asynchronous jobs are the furthest (multi-continent PPO async: 42.05 s at "
+        "10,000, 34.97 s at 30,000). `--full` searches 30,000. Every system gets the "
         "same budget, and HetRL's warm start makes it at least as good as the pool baselines "
         "at any budget from 1,000 evaluations on (experiments/bench_floor.py). The share of "
         "each figure's searches that ended converged (the best improved by less than 0.5% "

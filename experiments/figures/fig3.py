@@ -27,7 +27,7 @@ from experiments.framework import Config, Figure, register
 
 SCENARIOS = ("single-region", "multi-region-hybrid", "multi-country", "multi-continent")
 #: Cost-model evaluations per plan search (every system the same), by mode.
-EVALUATIONS = {"quick": 60, "default": 3000, "full": 30000}
+EVALUATIONS = {"quick": 60, "default": 10000, "full": 30000}
 #: Seeds per cell, at least (``--seeds`` asks for more): each seed searches and simulates anew;
 #: the bars are the mean over seeds, the error bars the min-max.
 SEEDS = {"quick": 2, "default": 3, "full": 3}
