@@ -98,7 +98,7 @@ class Fig4(Figure):
         table = with_seed(_with_variant(table))
         keys = ["scenario", "size", "algorithm", "seed"]
         wide = paired(table, keys, "variant", VALUE)
-        estimates = paired(table, keys, "variant", "estimate_s")
+        estimates = paired(table, keys, "variant", "estimate_s") if "estimate_s" in table else None
         rows = []
         for scenario in dict.fromkeys(table["scenario"]):
             sub = wide.xs(scenario, level="scenario")
@@ -121,8 +121,10 @@ class Fig4(Figure):
                            ("smaller than the paper's" if best < ref else "larger than the paper's"))
                 below = gain[gain < 0]
                 if len(below):
-                    reading += f"; below zero in {len(below)} of {len(gain)}: " + _why_below(
-                        estimates.xs(scenario, level="scenario"), below, other)
+                    reading += f"; below zero in {len(below)} of {len(gain)}"
+                    if estimates is not None:
+                        reading += ": " + _why_below(estimates.xs(scenario, level="scenario"),
+                                                     below, other)
                 rows.append({"what": f"{scenario}: load-balancing gain, {label} (per seed)",
                              "ours": ours, "paper": f"up to +{ref:.0%}", "reading": reading})
         return rows
