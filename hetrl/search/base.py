@@ -217,8 +217,13 @@ class Evaluator:
         extra = dict(extra or {})
         if not obj.is_plain_time:
             extra.update(obj.to_dict())
+        verdict = self.convergence()
+        if "polish_finished" in extra:  # the search's own word on its unfinished work
+            verdict = verdict.with_polish(extra.pop("polish_finished"),
+                                          extra.pop("polish_budget", None),
+                                          self.evaluations / max(self.elapsed(), 1e-9))
         return SearchResult(name, plan, est, self.evaluations, self.elapsed(), history, extra,
-                            self.convergence())
+                            verdict)
 
 
 class Scheduler(ABC):

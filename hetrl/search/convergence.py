@@ -7,12 +7,19 @@ where a scheduler spent more (the ILP prices every candidate). An unconverged se
 an estimate of the budget that would likely be enough: twice the point of the last improvement,
 so that the last improvement falls in the first half (a rule of thumb: it assumes nothing better
 is found after it, which no search can know).
+
+A search that reports its own unfinished work narrows the one-sided rule: SHA-EA says whether
+its final polish finished a pass on every finalist it kept (``polish_finished``) and the budget
+at which a pass fits its final phase. A search whose last half gained nothing because its
+polish was still in its first pass (1,024 GPUs at 3,000 evaluations: warm start and screening
+take 2,650 of them) keeps ``converged`` as defined, and its line says that a pass had not
+finished and which budget would let one; an unconverged one suggests at least that budget.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: converged: the best improved by less than this fraction over the last half of the budget
@@ -32,25 +39,60 @@ class Convergence:
     relative: float | None
     axis: str
     suggested: float | None
+    #: whether the search's final polish finished a pass on every finalist it kept (None: the
+    #: search has no polish, or did not say)
+    polish_finished: bool | None = None
+    #: with ``polish_finished`` False: the budget on ``axis`` at which a pass would fit
+    polish_budget: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         key = "evaluations" if self.axis == "evaluations" else "seconds"
-        return {"converged": self.converged,
-                "last_improvement": {"evaluations": self.evaluations, "seconds": self.seconds,
-                                     "relative": self.relative},
-                "suggested_budget": None if self.suggested is None else {key: self.suggested}}
+        out = {"converged": self.converged,
+               "last_improvement": {"evaluations": self.evaluations, "seconds": self.seconds,
+                                    "relative": self.relative},
+               "suggested_budget": None if self.suggested is None else {key: self.suggested}}
+        if self.polish_finished is not None:
+            out["polish_finished"] = self.polish_finished
+            out["polish_budget"] = (None if self.polish_budget is None
+                                    else {key: self.polish_budget})
+        return out
+
+    def with_polish(self, finished: bool, budget_evaluations: int | None,
+                    rate: float) -> Convergence:
+        """This verdict with the search's own word on its polish: ``finished``, and the
+        evaluation budget at which a pass fits its final phase (``rate``: evaluations a
+        second, to put it on a seconds axis). An unconverged search's suggestion becomes at
+        least that budget."""
+        if finished or budget_evaluations is None:
+            return replace(self, polish_finished=finished)
+        at = _round_up(budget_evaluations if self.axis == "evaluations"
+                       else budget_evaluations / max(rate, 1e-9))
+        if self.axis == "evaluations":
+            at = int(at)
+        suggested = None if self.converged else max(self.suggested or 0, at)
+        return replace(self, polish_finished=False, polish_budget=at, suggested=suggested)
 
     def line(self) -> str:
         """One line saying how the search ended (the text output's last line when unconverged)."""
         at = f"{self.evaluations:,} evaluations, {self.seconds:.1f} s"
         size = "" if self.relative is None else f", {100 * self.relative:.2f}% better,"
+        polish = ("" if self.polish_finished is not False else
+                  "; the final polish had not finished a pass" + (
+                      "" if self.polish_budget in (None, self.suggested)
+                      else f" (one fits at about {self._flag(self.polish_budget)})"))
         if self.converged:
-            return f"converged: the last improvement{size} came after {at}"
-        hint = (f"--budget-evals {int(self.suggested):,}" if self.axis == "evaluations"
-                else f"--budget-s {self.suggested:g}")
+            return (f"converged: the last improvement{size} came after {at}{polish}"
+                    + (", so a larger budget may still find better" if polish else ""))
+        why = ("twice the point of the last improvement" if self.suggested != self.polish_budget
+               else "where a polish pass fits")
         return (f"not converged: the best still improved by {100 * TOLERANCE:g}% or more in the "
-                f"last half of the budget (the last{size} after {at}); about {hint} would likely "
-                f"be enough (an estimate: twice the point of the last improvement)")
+                f"last half of the budget (the last{size} after {at}){polish}; about "
+                f"{self._flag(self.suggested)} would likely be enough (an estimate: {why})")
+
+    def _flag(self, budget: float) -> str:
+        """``budget`` as the ``hetrl plan`` flag that asks for it."""
+        return (f"--budget-evals {int(budget):,}" if self.axis == "evaluations"
+                else f"--budget-s {budget:g}")
 
 
 def _round_up(x: float) -> float:

@@ -375,7 +375,15 @@ class _SHABase(Scheduler):
             self._carry_best(ev, level1, together, n)
         finalists = choose_finalists(alive, together, halving.colocated_finalist,
                                       warm=warm_arms)
-        self._final_phase(ev, finalists, total, opts)
+        kept = self._final_phase(ev, finalists, total, opts)
+        if opts.polish is not None:
+            unfinished = [a for a in kept if not a.polish_done_once]
+            info["polish_finished"] = not unfinished
+            # where a pass fits the final phase's cap at once (a third of the budget: see
+            # cap()), and at least twice this budget (a pass that did fit it may have started
+            # late, or waited for another finalist's)
+            info["polish_budget"] = (max(3 * max(a.polish_cost() for a in unfinished), 2 * total)
+                                     if unfinished else None)
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
     @staticmethod
@@ -551,9 +559,10 @@ class _SHABase(Scheduler):
                     l1.arms.append(make_arm(l1.grouping, sizes))
 
     def _final_phase(self, ev: Evaluator, finalists: list[Arm], total: int,
-                     opts: SHAOptions) -> None:
+                     opts: SHAOptions) -> list[Arm]:
         """The finalists' EAs round robin, each polished first and whenever its best changed;
-        after each turn the worse half of the finalists is dropped."""
+        after each turn the worse half of the finalists is dropped. Returns the finalists
+        kept to the end."""
         polish = opts.polish is not None
 
         def colocated(arm: Arm) -> bool:
@@ -599,6 +608,7 @@ class _SHABase(Scheduler):
                         if colocated(a) and (a.in_first_polish or waiting(a))]
         except BudgetExhausted:
             pass
+        return finalists
 
     @staticmethod
     def _replanned(ev: Evaluator, deadline: float, rounds_left: int, spent0: int,

@@ -84,6 +84,12 @@ def test_scheduler_contract(name, small_workload, small_cluster):
     assert 0 <= last["seconds"] <= result.elapsed_s + 0.05
     assert last["relative"] is None or 0 < last["relative"] <= 1
     assert (data["suggested_budget"] is None) == data["converged"]
+    # A search with a final polish says whether it finished a pass, and where one would fit.
+    if "polish_finished" in data:
+        assert isinstance(data["polish_finished"], bool)
+        assert (data["polish_budget"] is None) == data["polish_finished"]
+        if data["suggested_budget"] is not None and data["polish_budget"] is not None:
+            assert data["suggested_budget"]["evaluations"] >= data["polish_budget"]["evaluations"]
 
     # Determinism: same seed, same evaluation budget -> same plan (and the same count).
     second = get_scheduler(name).search(wl, cl, Budget(evaluations=BUDGET_EVALS, seed=3))

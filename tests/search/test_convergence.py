@@ -38,3 +38,34 @@ def test_a_time_budget_is_halved_in_seconds():
     c = convergence(points[:2], 1000, 6.0, None, 6.0)  # the same gain at 4 s of 6 s
     assert not c.converged and c.suggested == 8
     assert "--budget-s 8" in c.line()
+
+
+def test_an_unfinished_polish_keeps_converged_and_says_which_budget_finishes_a_pass():
+    # nothing gained in the last half, but the search's final polish was in its first pass
+    c = convergence([(0.1, 1, 80.0), (6.3, 1236, 66.18)], 3000, 20.0, 3000, None)
+    assert c.converged
+    d = c.with_polish(False, 7_512_345, rate=150.0)
+    assert d.converged and d.suggested is None  # the rule's verdict stands
+    assert (d.polish_finished, d.polish_budget) == (False, 7_600_000)  # two figures, up
+    assert d.to_dict()["polish_finished"] is False
+    assert d.to_dict()["polish_budget"] == {"evaluations": 7_600_000}
+    assert d.line().startswith("converged") and "had not finished a pass" in d.line()
+    assert "--budget-evals 7,600,000" in d.line() and "may still find better" in d.line()
+    # a finished polish changes nothing but says so
+    done = c.with_polish(True, None, rate=150.0)
+    assert done.polish_finished and done.line() == c.line()
+    assert done.to_dict()["polish_budget"] is None
+    # a search without a polish says nothing of one
+    assert "polish_finished" not in c.to_dict()
+
+
+def test_an_unconverged_search_suggests_at_least_the_budget_a_polish_pass_needs():
+    c = convergence([(0.1, 1, 200.0), (1.0, 300, 100.0), (3.0, 800, 99.0)], 1000, 4.0, 1000, None)
+    d = c.with_polish(False, 29_000, rate=250.0)
+    assert not d.converged and d.suggested == 29_000 > c.suggested
+    assert "--budget-evals 29,000" in d.line() and "where a polish pass fits" in d.line()
+    # on a seconds axis the budget goes through the rate: 29,000 / 250 per s = 116 s -> 120 s
+    t = convergence([(0.1, 1, 200.0), (4.0, 100, 150.0)], 1000, 6.0, None, 6.0)
+    assert t.with_polish(False, 29_000, rate=250.0).suggested == 120
+    # a suggestion above the pass's budget stays
+    assert c.with_polish(False, 100, rate=250.0).suggested == c.suggested
