@@ -16,9 +16,9 @@ Prints five sections and a compact table at the end:
     return a valid plan.
 (e) Convergence (issue 39's targets) on eight jobs at their presets' batches: the best at 3,000
     and 30,000 evaluations against a ``--reference-s`` search, and when each first came within
-    2% of the best of the three (``--only convergence --parallel 2``: about 50 minutes on 2
+    2% of the best of the three (``--only convergence --parallel 2``: about an hour on 2
     cores with the 600 s reference).
-(f) The figures' searches (``--only figures --parallel 2``, about 10 minutes on 2 cores): fig3's
+(f) The figures' searches (``--only figures --parallel 2``, about 5 minutes on 2 cores): fig3's
     16 HetRL jobs at the figures' default batch (96 prompts) at 3,000, 10,000 and 30,000
     evaluations, each against the best of the three.
 

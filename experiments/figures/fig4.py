@@ -135,14 +135,18 @@ def _why_below(estimates: pd.DataFrame, below: pd.Series, other: str) -> str:
     rates it slower (two searches at one budget, neither converged: either may find the faster
     plan; docs/search-history.md, "Infeasible starts repaired"), or the cost model rates it
     faster and the simulator, whose replicas carry sampled lengths, does not."""
-    est = estimates.loc[below.index]
-    model_agrees = int((est["lb"] < est[other]).sum())
+    est = estimates.loc[below.index].dropna(subset=["lb", other])
+    # both in throughput: the estimates' ratio of seconds per iteration, inverted
+    model_gain = est[other] / est["lb"] - 1
+    model_prefers_lb = int((model_gain > 0).sum())
     parts = []
-    if model_agrees:
-        parts.append(f"the cost model rates the balanced plan faster in {model_agrees} "
-                     f"(by {(1 - est['lb'] / est[other]).max():.1%} at most) and the simulator, whose "
+    if model_prefers_lb:
+        parts.append(f"the cost model rates the balanced plan faster in {model_prefers_lb} "
+                     f"(by {model_gain.max():.1%} at most) and the simulator, whose "
                      f"replicas carry sampled lengths, slower (by {-below.min():.1%} at most)")
-    if model_agrees < len(below):
+    if len(est) < len(below):
+        parts.append(f"{len(below) - len(est)} without estimates")
+    if model_prefers_lb < len(est):
         parts.append("the search without the balancer found the faster plan within the budget "
                      "(neither converged; see the converged shares above)" if other != "even"
                      else "the balanced splits are slower by the cost model too")

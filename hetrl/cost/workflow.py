@@ -126,11 +126,12 @@ def iteration_time(stages: Sequence[Sequence[str]], seconds: Mapping[str, float]
     # ... and inference of batch i+1 on GPUs that training holds (with the tasks that share
     # GPUs with it, transitively: a task holds all its GPUs while it runs) waits for training
     # on batch i, and training on batch i+1 waits for it: one cycle through the trainer's GPUs
-    names = [n for n in stages[1] if n in trained or n in _on_trainer(stages, devices)]
-    cycle = spans[-1] + (stage_makespan(names, seconds, devices, eta) if names else 0.0)
+    on_trainer = _on_trainer(stages, devices)
+    waiting = [n for n in stages[1] if n in trained or n in on_trainer]
+    cycle = spans[-1] + (stage_makespan(waiting, seconds, devices, eta) if waiting else 0.0)
     busy: dict[int, float] = {}
-    for names in stages:
-        for name in names:
+    for stage in stages:
+        for name in stage:
             for d in devices[name]:
                 busy[d] = busy.get(d, 0.0) + seconds[name]
     for d in devices[stages[0][0]]:

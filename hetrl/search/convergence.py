@@ -11,9 +11,9 @@ is found after it, which no search can know).
 A search that reports its own unfinished work narrows the one-sided rule: SHA-EA says whether
 its final polish finished a pass on every finalist it kept (``polish_finished``) and the budget
 at which a pass fits its final phase. A search whose last half gained nothing because its
-polish was still in its first pass (1,024 GPUs at 3,000 evaluations: warm start and screening
-take 2,650 of them) keeps ``converged`` as defined, and its line says that a pass had not
-finished and which budget would let one; an unconverged one suggests at least that budget.
+polish was still in its first pass (on 1,024 GPUs at a few thousand evaluations: docs/search.md)
+keeps ``converged`` as defined, and its line says that a pass had not finished and which budget
+would let one; an unconverged one suggests at least that budget.
 """
 
 from __future__ import annotations

@@ -122,19 +122,19 @@ def aligned(used: int, n: int, node_size: int) -> bool:
     return used % node_size == 0 or 2 * used == n
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def _aligned_sub_layouts(workload, task: str, n: int, node_size: int
-                         ) -> tuple[tuple[Layout, ...], dict[int, list[Layout]]]:
+                         ) -> tuple[tuple[Layout, ...], dict[int, tuple[Layout, ...]]]:
     """Task ``task``'s part-of-group layouts on a group of ``n`` GPUs whose size is aligned
     (:func:`aligned`), and the same by the GPUs each uses (dp * pp * tp). A memo shared by the
-    arms (read, never changed): every arm of a search asks, and on 1,024 GPUs a task has tens
-    of thousands for each of hundreds of arms."""
+    arms of a search (every arm asks, and arms go to worker processes by pickle), so read
+    only: tuples, never changed in place."""
     options = tuple(x for x in candidate_sub_layouts(workload, task, n)
                     if aligned(x[0] * x[1] * x[2], n, node_size))
     by_used: dict[int, list[Layout]] = {}
     for x in options:
         by_used.setdefault(x[0] * x[1] * x[2], []).append(x)
-    return options, by_used
+    return options, {m: tuple(xs) for m, xs in by_used.items()}
 
 
 class Arm:
@@ -184,7 +184,7 @@ class Arm:
         self.group_of = {t: i for i, g in enumerate(groups) for t in g}
         self.group_size = {t: sizes[i] for t, i in self.group_of.items()}
         #: per task: its part-of-group layouts by GPUs used (shared by the arms: read only)
-        self.sub_by_used: dict[str, dict[int, list[Layout]]] = {
+        self.sub_by_used: dict[str, dict[int, tuple[Layout, ...]]] = {
             t: sub[1] for t, sub in subs.items()}
         self._needs: dict[tuple[str, Layout], float] = {}
         self._improved: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
@@ -235,7 +235,7 @@ class Arm:
     @property
     def _room(self) -> float:
         """The share of a GPU's memory a task's own bytes may take in the quick memory filters
-        (:meth:`_fitting`, :meth:`_first_guess`): 0.9 of the usable fraction."""
+        (:meth:`_fitting`, ``TaskMoves.first_guess``): 0.9 of the usable fraction."""
         return 0.9 * self.model.params.usable_memory_fraction
 
     def _fitting(self, task: str, devices: tuple[int, ...]) -> list[Layout]:

@@ -3,10 +3,10 @@ Python loops over numpy arrays, run as such where numba is missing (slowly, with
 answers); ``kernel.py_func`` is the uncompiled function either way, which the tests compare
 against.
 
-The swap loop of the EA's local search (:func:`hetrl.search.ea.local_search`) is one: on 1,024
-GPUs its numpy form took 7-8 ms a call (a quarter of an EA step) building a matrix of gains
-over every pair of device classes; this loop takes the same steps, in integers, and picks the
-same swap.
+The swap loop of the EA's local search (:func:`hetrl.search.ea.local_search`) is one: its numpy
+form built a matrix of gains over every pair of device classes at each step; this loop takes
+the same steps, in integers, and picks the same swap (timings: docs/search.md, "local
+search").
 """
 
 from __future__ import annotations

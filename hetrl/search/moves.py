@@ -53,7 +53,7 @@ class TaskMoves:
     def windows(self, t: str, n: int) -> list[tuple[int, int, list[Layout]]]:
         """Task ``t``'s windows in a group of ``n`` GPUs, as (offset, GPUs, layouts): the whole
         group (its full-group layouts, offset 0), then each aligned part at each of its
-        offsets -- :meth:`options` grouped by the GPUs they run on (on 64 GPUs, 43 windows
+        offsets -- :meth:`options` grouped by the GPUs they run on (docs/search.md counts them
         for Qwen3-8B's 666 options)."""
         out = [(0, n, list(self.space.layout_options[t]))]
         for m, lays in self.space.sub_by_used[t].items():

@@ -60,7 +60,7 @@ class PolishSpace:
     #: per task: its full-group layouts, its part-of-group ones, and those by GPUs used
     layout_options: dict[str, Any]
     sub_options: dict[str, tuple[Layout, ...]]
-    sub_by_used: dict[str, dict[int, list[Layout]]]
+    sub_by_used: dict[str, dict[int, tuple[Layout, ...]]]
     #: per-device keys (:class:`hetrl.search.ea.DeviceFacts`: gpu, node, memory)
     facts: Any
     node_size: int

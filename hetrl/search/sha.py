@@ -379,9 +379,10 @@ class _SHABase(Scheduler):
         if opts.polish is not None:
             unfinished = [a for a in kept if not a.polish_done_once]
             info["polish_finished"] = not unfinished
-            # where a pass fits the final phase's cap at once (a third of the budget: see
-            # cap()), and at least twice this budget (a pass that did fit it may have started
-            # late, or waited for another finalist's)
+            # where the largest unfinished pass fits the final phase's cap (a third of the
+            # budget: see cap()), and at least twice this budget (a pass that did fit may have
+            # started late, or waited for another finalist's). Not the passes' sum: a pass's
+            # count is an upper estimate (docs/search.md, "Convergence")
             info["polish_budget"] = (max(3 * max(a.polish_cost() for a in unfinished), 2 * total)
                                      if unfinished else None)
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}

@@ -169,8 +169,9 @@ def test_async_inference_on_the_trainers_gpus_is_on_the_consumers_cycle(a100x8):
                   + t["weight_sync"],  # GPUs 0-3 (they also load the new weights)
                   t["reward_inference"] + t["actor_training"])  # GPUs 4-7
     cycle = t["actor_training"] + t["reward_inference"] + t["reference_inference"]
-    assert a.iteration_s == pytest.approx(max(a.chain_s / 2, busiest, cycle), rel=1e-12)
-    assert cycle > t["reward_inference"] + t["actor_training"]
+    # the cycle binds here: without it the estimate would be the busiest GPU's work
+    assert cycle > busiest and cycle > a.chain_s / 2
+    assert a.iteration_s == pytest.approx(cycle, rel=1e-12)
 
 
 def test_async_colocated_is_bound_by_the_busiest_device(a100x8):

@@ -85,6 +85,7 @@ def test_scheduler_contract(name, small_workload, small_cluster):
     assert last["relative"] is None or 0 < last["relative"] <= 1
     assert (data["suggested_budget"] is None) == data["converged"]
     # A search with a final polish says whether it finished a pass, and where one would fit.
+    assert ("polish_finished" in data) == name.startswith("hetrl")
     if "polish_finished" in data:
         assert isinstance(data["polish_finished"], bool)
         assert (data["polish_budget"] is None) == data["polish_finished"]

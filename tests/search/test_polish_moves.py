@@ -1,4 +1,4 @@
-"""The polish's task moves (``Polisher._moves``): every (layout, offset) option of a task, or
+"""The polish's task moves (``Polisher.moves``, :class:`hetrl.search.moves.TaskMoves`): every (layout, offset) option of a task, or
 with ``sweep_screen`` each window priced on its guesses and only the best-priced windows, the
 task's own and the fastest one that broke memory turned over all their layouts."""
 

@@ -62,15 +62,16 @@ def test_sha_ea_improves_with_budget(small_workload, small_cluster):
     assert result.estimate.iteration_s == min(feasible) <= feasible[0]
 
 
-
 def test_sha_ea_says_whether_its_polish_finished_a_pass(small_workload, small_cluster):
     """At 500 evaluations the co-located finalist's first polish pass is cut off (the result
-    names a budget where one fits, three passes' worth at least); at 3,000 it finishes."""
+    names a budget where the largest unfinished pass fits a third of it, and at least twice
+    the budget given); at 3,000 it finishes."""
     short = get_scheduler("hetrl").search(small_workload, small_cluster,
                                           Budget(evaluations=500, seed=0)).to_dict()
     assert short["polish_finished"] is False
     assert short["polish_budget"]["evaluations"] >= 2 * 500
     assert short["suggested_budget"]["evaluations"] >= short["polish_budget"]["evaluations"]
+    assert short["polish_budget"]["evaluations"] <= 3000  # where a pass did finish
     long = get_scheduler("hetrl").search(small_workload, small_cluster,
                                          Budget(evaluations=3000, seed=0)).to_dict()
     assert long["polish_finished"] is True and long["polish_budget"] is None
@@ -78,6 +79,7 @@ def test_sha_ea_says_whether_its_polish_finished_a_pass(small_workload, small_cl
     bare = get_scheduler("hetrl", polish=None).search(small_workload, small_cluster,
                                                       Budget(evaluations=300, seed=0))
     assert "polish_finished" not in bare.to_dict()
+
 
 # --- level 2: GPU-group sizes --------------------------------------------------------------------
 
