@@ -32,11 +32,18 @@ tuned (the floor in the benchmark experiments/bench_floor.py checks this).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
 from hetrl.search.pools import streamrl_pools, verl_pools
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
+
+if TYPE_CHECKING:
+    from hetrl.search.ea import Arm
+    from hetrl.search.options import SHAOptions, WarmStartOptions
 
 #: at most this many regions get a ``region`` start (those with the most peak FLOP/s)
 MAX_REGION_STARTS = 4
@@ -153,3 +160,97 @@ def starts(workload: WorkloadSpec, cluster: ClusterSpec) -> list[Start]:
             seen.add(s.key)
             unique.append(s)
     return unique
+
+
+# --- pricing and tuning the starts (what SHA-EA's run calls) ---
+
+def warm_start(ev: Evaluator, by_grouping: dict, make_arm: Callable[..., Arm], budget: int,
+               total: int, info: dict[str, Any], options: SHAOptions) -> list[Arm]:
+    """SHA-EA's warm start: each start (:func:`starts`), as many as half of ``budget``
+    affords, becomes the first individual of the arm of its grouping and sizes (made if
+    new) and is priced; then the best-priced starts are tuned (:func:`tune_starts`) with
+    the rest of ``budget`` (at small budgets, up to half of ``total``). Returns the warm
+    arms, best first."""
+    priced: list[Arm] = []
+    candidates = starts(ev.workload, ev.cluster)[: max(budget // 2, 1)]
+    for start in candidates:
+        l1 = by_grouping.get(start.groups)
+        if l1 is None:
+            continue
+        # an arm of this grouping and sizes with room for another start (at most half its
+        # population: the rest stays random, for diversity), else a new one
+        room = max(options.population // 2, 1)
+        arm = next((a for a in l1.arms if a.sizes == start.sizes and not a.population
+                    and len(a.starts) < room), None)
+        if arm is None:
+            arm = make_arm(start.groups, start.sizes)
+            l1.arms.append(arm)
+        if not arm.warm:
+            arm.warm = True
+            priced.append(arm)
+        arm.starts.append(start.order)
+    for arm in priced:  # the starts, one evaluation each
+        while len(arm.population) < len(arm.starts):
+            arm.step(ev)
+    spent = sum(len(a.starts) for a in priced)
+    # the tuning may take up to half of the whole budget (it ends sooner at its own fixed
+    # point, the halving over the starts): a start tuned is the plan a baseline would have
+    # found, and the halving's first rounds are noise next to it at small budgets; cut at
+    # four sweeps a start, 3,000 evaluations stopped paper64-multi-country PPO short of
+    # its fixed point (docs/search-history.md, "The warm start tuned to its fixed point")
+    tune_starts(ev, priced, max(budget - spent, total / 2 - spent), options.warm_start)
+    priced.sort(key=lambda a: a.best)
+    info["warm_starts"] = len(candidates)
+    info["warm_best"] = priced[0].best if priced else None
+    return priced
+
+
+def tune_starts(ev: Evaluator, arms: list[Arm], budget: int, opts: WarmStartOptions) -> None:
+    """Successive halving over the priced warm starts. A start's price ranks it only
+    roughly: its layouts are a rule of thumb, and the weakest guess is generation's (its
+    best tensor-parallel width depends on the KV room; docs/search-history.md, "Numbers
+    moved from the docstrings"). So first the ``warm_tuned`` best-priced starts, and the
+    ``warm_repaired`` best of the infeasible ones left (generation's guess is what
+    overflows memory most often), tune generation's layout alone (:meth:`Arm.tune` over
+    one task); then the better half of the best-priced (and each repaired start that
+    beats all of them: none takes a best-priced one's place) gets a sweep over every
+    task, the better half of those still improving another, and so on while ``budget``
+    lasts. The steps do not depend on ``budget``, which only stops them sooner or later,
+    so more budget never ends the warm start worse."""
+    runs = sorted(((f, i, g, arm) for arm in arms
+                   for i, (f, g) in enumerate(arm.population[: len(arm.starts)])
+                   if math.isfinite(f)), key=lambda r: (r[0], r[1]))
+    if not runs or budget <= 0:
+        return
+    first = tuple(t.name for t in ev.workload.tasks if t.kind == "generation")
+    # the same steps in the same order whatever the budget (a smaller budget stops them
+    # sooner), so that more budget never ends the warm start worse
+    best = runs[: opts.warm_tuned]
+    # an infeasible start's fitness is the penalty plus its seconds: the fastest if it
+    # fitted come first
+    repaired = [r for r in runs[opts.warm_tuned:]
+                if r[0] >= INFEASIBLE_PENALTY_S][: opts.warm_repaired]
+    # [fitness, genotype, arm, repaired]
+    alive = [[f, g, arm, False] for f, _, g, arm in best] + [
+        [f, g, arm, True] for f, _, g, arm in repaired]
+    tasks: tuple[str, ...] | None = first or None
+    while alive and budget > 0:
+        going = []
+        for run in alive:
+            if budget <= 0:
+                break
+            before = run[2].evaluations
+            run[0], run[1], improved = run[2].tune(ev, (run[0], run[1]), int(budget),
+                                                   tasks=tasks)
+            budget -= run[2].evaluations - before
+            if improved or tasks is not None:
+                going.append(run)
+        going.sort(key=lambda r: r[0])
+        # the better half of the best-priced starts, as without the repaired ones, and
+        # each repaired start that does better than all of them (a repaired start never
+        # takes a best-priced one's place: the tuning's budget binds at small budgets)
+        priced = [r for r in going if not r[3]]
+        kept = priced[: max(1, len(priced) // 2)]
+        bar = kept[0][0] if kept else math.inf
+        alive = [r for r in going if r[3] and r[0] < bar] + kept  # (still in fitness order)
+        tasks = None  # after generation's step: sweeps over every task
