@@ -36,7 +36,7 @@ from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layou
 from hetrl.search.kernels import locality_swaps
 from hetrl.search.options import SHAOptions
 from hetrl.search.polish import Polisher, PolishSpace
-from hetrl.search.space import Layout, placement_fields
+from hetrl.search.space import Layout, aligned, placement_fields
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
 
@@ -116,12 +116,6 @@ def local_search(order: tuple[int, ...], sizes: tuple[int, ...], facts: DeviceFa
     return tuple(order_l)
 
 
-def aligned(used: int, n: int, node_size: int) -> bool:
-    """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a multiple
-    of the node size, or half the group."""
-    return used % node_size == 0 or 2 * used == n
-
-
 @lru_cache(maxsize=256)
 def _aligned_sub_layouts(workload, task: str, n: int, node_size: int
                          ) -> tuple[tuple[Layout, ...], dict[int, tuple[Layout, ...]]]:
@@ -193,11 +187,6 @@ class Arm:
             wl, groups, self.group_of, self.group_size, self.layout_options, self.sub_options,
             self.sub_by_used, facts, self.node_size, frozenset(self._training), self.relay_gene,
             self._need, self._room), o.polish)
-
-    def aligned(self, used: int, n: int) -> bool:
-        """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
-        multiple of the node size, or half the group."""
-        return aligned(used, n, self.node_size)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -29,7 +29,7 @@ from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
 from hetrl.search.moves import TaskMoves, offsets, rank
 from hetrl.search.options import PolishOptions
-from hetrl.search.space import Layout
+from hetrl.search.space import Layout, aligned
 from hetrl.spec.workload import WorkloadSpec
 
 
@@ -72,9 +72,8 @@ class PolishSpace:
     room: float
 
     def aligned(self, used: int, n: int) -> bool:
-        """Whether a part of ``used`` GPUs of a group of ``n`` is one the EA considers: a
-        multiple of the node size, or half the group."""
-        return used % self.node_size == 0 or 2 * used == n
+        """:func:`hetrl.search.space.aligned` on this arm's node size."""
+        return aligned(used, n, self.node_size)
 
 
 @dataclass
