@@ -42,6 +42,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from hetrl.errors import HetrlError  # noqa: E402
 from hetrl.plan import validate  # noqa: E402
@@ -221,8 +222,6 @@ def _convergence_cluster(name: str, seed: int):
         return random_cluster(seed=seed, num_nodes=128, num_regions=16, gpus_per_node=(8,),
                               name="random-1024")
     if name.endswith(".yaml"):
-        from pathlib import Path
-
         from hetrl.io import load_cluster
 
         return load_cluster(Path(__file__).resolve().parents[1] / name)
@@ -287,16 +286,24 @@ def section_convergence(args, rows: list[Row]) -> None:
     say()
 
 
-#: section (f)'s jobs: fig3's HetRL cells (every paper64 scenario, Qwen3-8B PPO and GRPO, sync
-#: and async) at the figures' default batch, and its budgets: the default mode's and --full's
-FIGURE_SCENARIOS = ("single-region", "multi-region-hybrid", "multi-country", "multi-continent")
-FIGURE_BATCH = 96
-FIGURE_EVALS = (3_000, 10_000, 30_000)
+def _figure_setup() -> tuple[tuple[str, ...], int, tuple[int, ...]]:
+    """Section (f)'s jobs, as fig3 defines its default mode: its scenarios (each with Qwen3-8B
+    PPO and GRPO, sync and async), its batch (prompts), and the budgets: 3,000 evaluations (the
+    default until 2026-12-06), the default mode's and --full's."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:  # (run as a script: experiments/ is not a package on the path)
+        sys.path.insert(0, root)
+    from experiments.common import batch_for
+    from experiments.figures import fig3
+    from experiments.framework import Config
+
+    return (fig3.SCENARIOS, batch_for(Config("default")),
+            (3_000, fig3.EVALUATIONS["default"], fig3.EVALUATIONS["full"]))
 
 
-def _figure_job(workload: str, cluster: str, evals: int, seed: int
+def _figure_job(workload: str, cluster: str, batch: int, evals: int, seed: int
                 ) -> tuple[SearchResult | None, float, str]:
-    wl = workload_preset(workload).with_(batch_prompts=FIGURE_BATCH)
+    wl = workload_preset(workload).with_(batch_prompts=batch)
     return run("hetrl", wl, cluster_preset(cluster), Budget(evaluations=evals, seed=seed))
 
 
@@ -306,23 +313,23 @@ def section_figures(args, rows: list[Row]) -> None:
     mean of the gaps, jobs within 1% and 3% of it, searches that ended converged)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    scenarios, batch, budgets = _figure_setup()
     jobs = [(f"qwen3-8b-{alg}-{mode}", f"paper64-{scenario}")
-            for scenario in FIGURE_SCENARIOS for alg in ("ppo", "grpo")
-            for mode in ("sync", "async")]
-    say(f"== (f) the figures' searches: fig3's HetRL jobs, {FIGURE_BATCH} prompts, "
-        f"{', '.join(f'{n:,}' for n in FIGURE_EVALS)} evaluations, seed {args.seed}, "
+            for scenario in scenarios for alg in ("ppo", "grpo") for mode in ("sync", "async")]
+    say(f"== (f) the figures' searches: fig3's HetRL jobs, {batch} prompts, "
+        f"{', '.join(f'{n:,}' for n in budgets)} evaluations, seed {args.seed}, "
         f"{args.parallel} search(es) at a time ==")
-    say(f"{'job':<52} " + " ".join(f"{n:>9,}" for n in FIGURE_EVALS) + "  (* converged)")
+    say(f"{'job':<52} " + " ".join(f"{n:>9,}" for n in budgets) + "  (* converged)")
     with ThreadPoolExecutor(args.parallel) as pool:
-        futures = [(w, c, [pool.submit(_figure_job, w, c, n, args.seed) for n in FIGURE_EVALS])
+        futures = [(w, c, [pool.submit(_figure_job, w, c, batch, n, args.seed) for n in budgets])
                    for w, c in jobs]
-        gaps: dict[int, list[float]] = {n: [] for n in FIGURE_EVALS}
-        converged = dict.fromkeys(FIGURE_EVALS, 0)
+        gaps: dict[int, list[float]] = {n: [] for n in budgets}
+        converged = dict.fromkeys(budgets, 0)
         for w, c, futs in futures:
             results = [f.result() for f in futs]
             times = [r.estimate.iteration_s if r else None for r, _, _ in results]
             best = min((x for x in times if x is not None), default=None)
-            for n, (r, wall, err), x in zip(FIGURE_EVALS, results, times, strict=True):
+            for n, (r, wall, err), x in zip(budgets, results, times, strict=True):
                 if x is not None and best is not None:
                     gaps[n].append(x / best - 1)
                     converged[n] += bool(r.converged)
@@ -331,7 +338,7 @@ def section_figures(args, rows: list[Row]) -> None:
             say(f"{w + ' @ ' + c:<52} " + " ".join(
                 f"{fmt(x):>8}{'*' if r and r.converged else ' '}"
                 for (r, _, _), x in zip(results, times, strict=True)))
-    for n in FIGURE_EVALS:
+    for n in budgets:
         g = gaps[n]
         if g:
             mean = math.exp(sum(math.log1p(x) for x in g) / len(g)) - 1
