@@ -131,6 +131,12 @@ def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool 
     return out
 
 
+def _hopeless(arm: Arm, total: int) -> bool:
+    """Whether ``arm``'s polish pass costs more than ten times the budget of ``total``
+    evaluations (it cannot get far into one: the co-located arm on 1,024 GPUs)."""
+    return arm.options.polish is not None and arm.polish_cost() > 10 * total
+
+
 def _ends_and_sample(items: list, ends: list, count: int, rng: np.random.Generator) -> list:
     """``ends`` (always kept) and a random subset of the other ``items``, ``count`` in all,
     the subset in the items' order."""
@@ -139,9 +145,25 @@ def _ends_and_sample(items: list, ends: list, count: int, rng: np.random.Generat
     return ends + [middle[i] for i in sorted(picked.tolist())]
 
 
+def affordable(count: int, budget: float, need: float, least: int = 1) -> int:
+    """How many of ``count`` arms a successive halving of ``budget`` evaluations can enter:
+    the most whose first round still gives each arm ``need`` evaluations (Hyperband's r_min),
+    at least ``least``."""
+    n = count
+    while n > least and budget / ((math.ceil(math.log2(n)) + 1) * n) < need:
+        n -= 1
+    return n
+
+
 def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -> list[Arm]:
-    """Inner successive halving: spend ``budget`` evaluations over ``arms``."""
+    """Inner successive halving: spend ``budget`` evaluations over ``arms``. With more arms
+    than rounds of one step each can serve (a grouping holding dozens of warm starts' arms),
+    only the best-priced enter (the others are dropped): every arm's step per round would
+    spend several times ``budget`` (docs/search-history.md, "The inner halving kept to its
+    share")."""
     alive = list(arms)
+    if halve:
+        alive = sorted(alive, key=lambda a: a.best)[: affordable(len(alive), budget, 1)]
     rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if halve else 1
     per_round = budget / rounds
     for _ in range(rounds):
@@ -164,9 +186,11 @@ def _init_worker(workload, cluster, params) -> None:
     _WORKER["model"] = CostModel(workload, cluster, params)
 
 
-def _job_cap(arms: list[Arm], budget: float) -> int:
-    """Most evaluations one job may use: its share plus the rounding of its inner rounds."""
-    return len(arms) * (1 + math.ceil(math.log2(max(len(arms), 1)))) + int(math.ceil(budget)) + 1
+def _job_cap(arms: list[Arm], budget: float, halve: bool) -> int:
+    """Most evaluations one job may use: its share plus the rounding of its inner rounds (over
+    the arms that enter them: :func:`_halving_round`)."""
+    n = affordable(len(arms), budget, 1) if halve else len(arms)
+    return n * (1 + math.ceil(math.log2(max(n, 1)))) + int(math.ceil(budget)) + 1
 
 
 def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
@@ -177,7 +201,7 @@ def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float
     its evaluations (the global budget's remainder allotted to this job)."""
     model = model or _WORKER["model"]
     if cap is None:
-        cap = _job_cap(arms, budget)
+        cap = _job_cap(arms, budget, halve)
     if cap < 1:
         return {"arms": arms, "keep": list(range(len(arms))), "best": None, "evaluations": 0,
                 "history": []}
@@ -224,7 +248,7 @@ class _Runner:
         left = b.evaluations - self.ev.evaluations
         caps: list[int | None] = []
         for l1, budget in jobs:
-            cap = max(min(_job_cap(l1.arms, budget), left), 0)
+            cap = max(min(_job_cap(l1.arms, budget, l1.halve), left), 0)
             caps.append(cap)
             left -= cap
         return caps
@@ -323,10 +347,7 @@ class _SHABase(Scheduler):
             # evaluations, so with a small budget only some groupings enter the halving: the
             # best screened ones (without screening, a random subset with "everything
             # co-located" and "every task apart"), and every grouping a warm start tuned.
-            need = 2 * population
-            n_arms = len(alive)
-            while n_arms > 2 and budget / ((math.ceil(math.log2(n_arms)) + 1) * n_arms) < need:
-                n_arms -= 1
+            n_arms = affordable(len(alive), budget, 2 * population, least=2)
             if n_arms < len(alive):
                 alive = self._entrants(alive, n_arms, warm_arms, halving.screening, rng)
         rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
@@ -372,7 +393,7 @@ class _SHABase(Scheduler):
         # best few arms keep evolving, round robin -- a single noisy early winner is not trusted
         # with everything.
         if halving.carry_best and together:
-            self._carry_best(ev, level1, together, n)
+            self._carry_best(ev, level1, together, n, total)
         finalists = choose_finalists(alive, together, halving.colocated_finalist,
                                       warm=warm_arms)
         kept = self._final_phase(ev, finalists, total, opts)
@@ -388,28 +409,40 @@ class _SHABase(Scheduler):
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
     @staticmethod
-    def _carry_best(ev: Evaluator, level1: list[_Level1], together: list[Arm], n: int) -> None:
-        """The best plan of any arm so far, carried into the co-located arm on all ``n`` GPUs
-        (:func:`~hetrl.search.genome.merged`: the same placements, as one group) before the
-        final phase: a multi-group plan is one the co-located arm's part-of-group windows can
-        hold, and that arm's polish moves (full-group layouts, splits, part-of-group options)
-        can then start from it instead of from its own, often worse or infeasible, best."""
+    def _carry_best(ev: Evaluator, level1: list[_Level1], together: list[Arm], n: int,
+                    total: int) -> None:
+        """The best plan of any arm so far that the co-located arm on all ``n`` GPUs can hold,
+        carried into it (:func:`~hetrl.search.genome.merged`: the same placements, as one
+        group) before the final phase: a multi-group plan is one the co-located arm's
+        part-of-group windows can hold, and that arm's polish moves (full-group layouts,
+        splits, part-of-group options) can then start from it instead of from its own, often
+        worse or infeasible, best. ``total``: the search's evaluation budget."""
         whole = [a for a in together if sum(a.sizes) == n]
         if not whole or ev.exhausted():
             return
-        arm = whole[0]
-        found = [(f, g) for l1 in level1 for a in l1.arms for f, g in a.population]
-        if not found:
-            return
-        f, g = min(found, key=lambda x: x[0])
-        if f >= arm.best:
-            return
-        h = merged(g, arm.groups[0], n)
-        if h is not None:
-            try:
-                arm.take(ev, h)
-            except BudgetExhausted:  # (a time budget's clock ran out meanwhile)
-                pass
+        # when that arm's polish is hopeless (:func:`_hopeless`), the co-located arms on part
+        # of the GPUs get the plan too, if they can hold it: one of them polishes in its place
+        # (carried there always, the part arms lost their own structures: fig3 at 10,000
+        # evaluations, 6.31% -> 6.63% above the best known)
+        targets = whole[:1] + ([a for a in together if sum(a.sizes) < n]
+                               if _hopeless(whole[0], total) else [])
+        found = sorted(((f, g) for l1 in level1 for a in l1.arms for f, g in a.population),
+                       key=lambda x: x[0])
+        for arm in targets:
+            # the best plan the arm can hold: a plan with a window wrapping round its group's end
+            # cannot be merged (on random-1024 at 30,000 evaluations the halving's best could not,
+            # and the arm went into the final phase with an infeasible best; docs/search-history.md,
+            # "The inner halving kept to its share")
+            for f, g in found:
+                if f >= arm.best:
+                    break
+                h = merged(g, arm.groups[0], sum(arm.sizes))
+                if h is not None:
+                    try:
+                        arm.take(ev, h)
+                    except BudgetExhausted:  # (a time budget's clock ran out meanwhile)
+                        return
+                    break
 
     @staticmethod
     def _screen(ev: Evaluator, level1: list[_Level1], budget: int, rng: np.random.Generator,
@@ -472,6 +505,13 @@ class _SHABase(Scheduler):
         after each turn the worse half of the finalists is dropped. Returns the finalists
         kept to the end."""
         polish = opts.polish is not None
+        if polish:
+            # a finalist whose pass costs more than ten times the budget (the co-located arm on
+            # all of 1,024 GPUs: 2.5 million) turns last: first, its call would take a third of
+            # the budget and find nothing, and the co-located arm after it would wait for a
+            # first pass that never ends (docs/search-history.md, "The inner halving kept to
+            # its share")
+            finalists = sorted(finalists, key=lambda a: _hopeless(a, total))
 
         def colocated(arm: Arm) -> bool:
             return polish and len(arm.groups) == 1

@@ -975,10 +975,69 @@ def test_the_final_phase_starts_the_colocated_arm_from_the_best_plan_so_far(smal
     split.run(ev, 8)
     whole.population = [(math.inf, whole.random_genotype())]  # nothing feasible of its own
     level1 = [_Level1((tasks,), [whole], True), _Level1(split.groups, [split], True)]
-    _SHABase._carry_best(ev, level1, [whole], 8)
+    _SHABase._carry_best(ev, level1, [whole], 8, 10**6)
     assert whole.best == split.best and len(whole.population) == 2
-    _SHABase._carry_best(ev, level1, [whole], 8)  # no better plan elsewhere: nothing taken
+    _SHABase._carry_best(ev, level1, [whole], 8, 10**6)  # no better plan: nothing taken
     assert len(whole.population) == 2
     budget = Budget(evaluations=800, seed=0)
     a = get_scheduler("hetrl").search(small_workload, small_cluster, budget)
     assert a.plan == get_scheduler("hetrl").search(small_workload, small_cluster, budget).plan
+
+
+def test_the_carried_plan_is_the_best_one_the_colocated_arm_can_hold(small_workload,
+                                                                     small_cluster):
+    """A best plan with a window wrapping round its group's end cannot be merged into one
+    group: the next best is carried instead (not nothing, which left the co-located arm on
+    random-1024 with an infeasible best). With a hopeless polish on all GPUs (a pass costing
+    more than ten times the budget), the co-located arm on part of them gets the plan too."""
+    from hetrl.search.genome import merged
+    from hetrl.search.sha import _hopeless, _Level1, _SHABase
+
+    model = CostModel(small_workload, small_cluster)
+    facts = DeviceFacts.of(model)
+    tasks = tuple(small_workload.task_names)
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    split = Arm((tasks[:1], tasks[1:]), (2, 4), model, facts, np.random.default_rng(0))
+    ok = next(g for g in (split.random_genotype() for _ in range(50))
+              if merged(g, tasks, 6) is not None
+              and g.layout(tasks[1])[0] * g.layout(tasks[1])[1] * g.layout(tasks[1])[2] > 1)
+    wraps = ok.with_offset(tasks[1], 3)
+    assert merged(wraps, tasks, 8) is None
+    split.population = [(1.0, wraps), (2.0, ok)]
+    whole = Arm((tasks,), (8,), model, facts, np.random.default_rng(1))
+    part = Arm((tasks,), (6,), model, facts, np.random.default_rng(2))
+    for arm in (whole, part):
+        arm.population = [(math.inf, arm.random_genotype())]
+    level1 = [_Level1((tasks,), [whole, part], True), _Level1(split.groups, [split], True)]
+    _SHABase._carry_best(ev, level1, [whole, part], 8, 10**6)
+    assert [g for _, g in whole.population][-1] == merged(ok, tasks, 8)
+    assert len(part.population) == 1  # a polish that can finish a pass: the part arm keeps its own
+    assert _hopeless(whole, 1) and not _hopeless(whole, 10**6)
+    _SHABase._carry_best(ev, level1, [whole, part], 8, 1)
+    assert [g for _, g in part.population][-1] == merged(ok, tasks, 6)
+
+
+def test_the_inner_halving_keeps_to_its_share(small_workload, small_cluster):
+    """A grouping holding more arms than its share gives one step each per round (warm starts'
+    arms: 161 in one grouping on random-1024) enters only its best-priced ones: the round
+    spends its share (plus rounding), not a step per arm per round, which on random-1024 took
+    the evaluations of every other grouping's job in the round."""
+    from hetrl.search.sha import _halving_round, _job_cap, affordable
+
+    assert affordable(10, 6, 1) == 2 and affordable(10, 1000, 1) == 10
+    assert affordable(10, 6, 16, least=2) == 2 and affordable(1, 0, 1) == 1
+    model = CostModel(small_workload, small_cluster)
+    facts = DeviceFacts.of(model)
+    tasks = tuple(small_workload.task_names)
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arms = [Arm((tasks,), (8,), model, facts, np.random.default_rng(i)) for i in range(40)]
+    for arm in arms:
+        arm.run(ev, 1)
+    best_two = sorted(arms, key=lambda a: a.best)[:2]
+    before = ev.evaluations
+    survivors = _halving_round(arms, 6, ev, halve=True)
+    assert ev.evaluations - before <= _job_cap(arms, 6, True) < len(arms)
+    assert len(survivors) == 1 and survivors[0] in best_two
+    before = ev.evaluations  # the ablation without halving: every arm its step
+    _halving_round(arms, 6, ev, halve=False)
+    assert ev.evaluations - before == len(arms)
