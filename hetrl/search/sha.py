@@ -505,13 +505,16 @@ class _SHABase(Scheduler):
         after each turn the worse half of the finalists is dropped. Returns the finalists
         kept to the end."""
         polish = opts.polish is not None
-        if polish:
-            # a finalist whose pass costs more than ten times the budget (the co-located arm on
-            # all of 1,024 GPUs: 2.5 million) turns last: first, its call would take a third of
-            # the budget and find nothing, and the co-located arm after it would wait for a
-            # first pass that never ends (docs/search-history.md, "The inner halving kept to
-            # its share")
-            finalists = sorted(finalists, key=lambda a: _hopeless(a, total))
+
+        def last_hopeless(arms: list[Arm]) -> list[Arm]:
+            """A finalist whose pass costs more than ten times the budget (the co-located arm
+            on all of 1,024 GPUs: 2.5 million) turns last: first, its call would take a third
+            of the budget and find nothing, and the co-located arm after it would wait for a
+            first pass that never ends (docs/search-history.md, "The inner halving kept to its
+            share")."""
+            return sorted(arms, key=lambda a: _hopeless(a, total)) if polish else arms
+
+        finalists = last_hopeless(finalists)
 
         def colocated(arm: Arm) -> bool:
             return polish and len(arm.groups) == 1
@@ -551,9 +554,9 @@ class _SHABase(Scheduler):
                     # until the polish has split its tasks: it stays while its first pass runs
                     # or waits for the other's (docs/search-history.md, "Notes moved from the
                     # code")
-                    finalists = ranked[: len(ranked) // 2] + [
+                    finalists = last_hopeless(ranked[: len(ranked) // 2] + [
                         a for a in ranked[len(ranked) // 2:]
-                        if colocated(a) and (a.in_first_polish or waiting(a))]
+                        if colocated(a) and (a.in_first_polish or waiting(a))])
         except BudgetExhausted:
             pass
         return finalists
