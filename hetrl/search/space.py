@@ -112,13 +112,13 @@ def layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
     return _layouts(model, n)
 
 
-@lru_cache(maxsize=4096)
 def aligned(used: int, n: int, node_size: int) -> bool:
     """Whether a part of ``used`` GPUs of a group of ``n`` is one the search considers: a
     multiple of the node size, or half the group."""
     return used % node_size == 0 or 2 * used == n
 
 
+@lru_cache(maxsize=4096)
 def _sub_layouts(model: ModelShape, n: int) -> tuple[Layout, ...]:
     full = set(_layouts(model, n))
     out: set[Layout] = set()
