@@ -512,7 +512,7 @@ class _SHABase(Scheduler):
             of the budget and find nothing, and the co-located arm after it would wait for a
             first pass that never ends (docs/search-history.md, "The inner halving kept to its
             share")."""
-            return sorted(arms, key=lambda a: _hopeless(a, total)) if polish else arms
+            return sorted(arms, key=lambda a: _hopeless(a, total))  # (stable: else as ranked)
 
         finalists = last_hopeless(finalists)
 
