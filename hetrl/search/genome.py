@@ -11,6 +11,7 @@ from its group's slice, tp innermost, then load-balances (data shares and layer 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -68,24 +69,37 @@ class Genotype:
         return replace(self, offsets=rest + (((task, offset),) if offset else ()))
 
 
+def _unwrapping_turn(windows: list[tuple[int, int]], n: int) -> int | None:
+    """A turn ``r`` of a group's slice of ``n`` GPUs (position ``(i + r) % n`` first) after which
+    no (offset, size) window wraps round the slice's end, trying each window's start in turn;
+    0 where none wraps, None where no turn unwraps them all."""
+    for r in [0] + sorted({off for off, _ in windows}):
+        if all((off - r) % n + size <= n for off, size in windows):
+            return r
+    return None
+
+
 def merged(g: Genotype, tasks: tuple[str, ...], size: int) -> Genotype | None:
     """``g`` as one group of its first ``size`` GPUs (at least all its groups' GPUs) holding
     ``tasks`` (all of ``g``'s, in this order): every task keeps its layout on the same GPUs, at
     the offset of its window in the merged slice, so the plan decodes to the same placements.
-    None where a task's window wraps round the end of its group (it would not stay on the same
-    GPUs)."""
-    offsets, start = [], 0
+    A group with a window wrapping round its end is turned first (its slice rotated so that
+    every window's GPUs stay the same, in the same order); None where no turn unwraps them
+    all."""
+    order, offsets, start = list(g.order), [], 0
     for grp, n in zip(g.groups, g.sizes, strict=True):
-        for t in grp:
-            lay, off = g.layout(t), g.offset(t) % n
-            if off + lay[0] * lay[1] * lay[2] > n:
-                return None
-            if start + off:
-                offsets.append((t, start + off))
+        windows = [(g.offset(t) % n, math.prod(g.layout(t)[:3])) for t in grp]
+        r = _unwrapping_turn(windows, n)
+        if r is None:
+            return None
+        order[start:start + n] = order[start + r:start + n] + order[start:start + r]
+        for t, (off, _) in zip(grp, windows, strict=True):
+            if start + (off - r) % n:
+                offsets.append((t, start + (off - r) % n))
         start += n
     if size < start:
         return None
-    return Genotype((tasks,), (size,), g.order, tuple((t, g.layout(t)) for t in tasks),
+    return Genotype((tasks,), (size,), tuple(order), tuple((t, g.layout(t)) for t in tasks),
                     tuple(offsets), g.sync_relay)
 
 

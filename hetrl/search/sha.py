@@ -429,10 +429,9 @@ class _SHABase(Scheduler):
         found = sorted(((f, g) for l1 in level1 for a in l1.arms for f, g in a.population),
                        key=lambda x: x[0])
         for arm in targets:
-            # the best plan the arm can hold: a plan with a window wrapping round its group's end
-            # cannot be merged (on random-1024 at 30,000 evaluations the halving's best could not,
-            # and the arm went into the final phase with an infeasible best; docs/search-history.md,
-            # "The inner halving kept to its share")
+            # the best plan the arm can hold: a plan whose windows wrap round its group's end
+            # where no turn of the group unwraps them cannot be merged (docs/search-history.md,
+            # "The inner halving kept to its share"; "Wrapping windows merged")
             for f, g in found:
                 if f >= arm.best:
                     break

@@ -954,10 +954,37 @@ def test_a_plan_merged_into_one_group_keeps_its_placements_and_its_price(small_w
         assert model.estimate(b).iteration_s == model.estimate(a).iteration_s
         whole.take(ev, h)
         assert min(f for f, _ in whole.population) <= model.estimate(a).iteration_s
-    lay = g.layout(tasks[1])
-    if lay[0] * lay[1] * lay[2] > 1:  # a window from the group's last GPU wraps round
-        assert merged(g.with_offset(tasks[1], 3), tasks, 8) is None
     assert merged(g, tasks, 7) is None  # fewer GPUs than the groups hold
+
+
+def test_a_wrapping_window_is_merged_by_turning_its_group(small_workload, small_cluster):
+    """A window that wraps round its group's end is merged by turning (rotating) the group's
+    slice first, so every task stays on the same GPUs in the same order: the same placements
+    and price. Only windows that no turn unwraps together (on 4 GPUs, two of 3 starting at
+    GPUs 0 and 2) cannot be merged."""
+    from hetrl.search.genome import _unwrapping_turn, merged
+
+    model = CostModel(small_workload, small_cluster)
+    facts = DeviceFacts.of(model)
+    tasks = tuple(small_workload.task_names)
+    arm = Arm((tasks[:1], tasks[1:]), (4, 4), model, facts, np.random.default_rng(0))
+    for seed in range(4):
+        arm.rng = np.random.default_rng(seed)
+        g = arm.random_genotype()
+        # the second group's tasks on two GPUs each: the first from the group's last GPU
+        # (wrapping round), the others from its second (a turn by one GPU unwraps them all)
+        for t in tasks[1:]:
+            g = g.with_layout(t, (2, 1, 1)).with_offset(t, 3 if t == tasks[1] else 1)
+        h = merged(g, tasks, 8)
+        assert h is not None and h.order != g.order and sorted(h.order) == sorted(g.order)
+        assert h.offset(tasks[1]) == 4 + 2 and h.offset(tasks[2]) == 4 + 0
+        a, b = decode(g, model), decode(h, model)
+        assert a.placements == b.placements
+        assert model.estimate(b).iteration_s == model.estimate(a).iteration_s
+    assert _unwrapping_turn([(2, 2), (1, 4)], 4) == 1  # the full window must start the slice
+    assert _unwrapping_turn([(0, 2), (2, 2)], 4) == 0  # nothing wraps: no turn
+    assert _unwrapping_turn([(3, 2), (1, 2)], 4) == 1  # turned by 1: (2, 2) and (0, 2)
+    assert _unwrapping_turn([(0, 3), (2, 3)], 4) is None
 
 
 def test_the_final_phase_starts_the_colocated_arm_from_the_best_plan_so_far(small_workload,
@@ -1001,7 +1028,10 @@ def test_the_carried_plan_is_the_best_one_the_colocated_arm_can_hold(small_workl
     ok = next(g for g in (split.random_genotype() for _ in range(50))
               if merged(g, tasks, 6) is not None
               and g.layout(tasks[1])[0] * g.layout(tasks[1])[1] * g.layout(tasks[1])[2] > 1)
-    wraps = ok.with_offset(tasks[1], 3)
+    # windows that no turn of their group unwraps: a full-group window from GPU 1 (only a turn
+    # by one GPU unwraps it) beside one of ``tasks[1]`` from GPU 0 (which that turn wraps)
+    full = next(lay for lay in split.layout_options[tasks[2]] if math.prod(lay[:3]) == 4)
+    wraps = ok.with_offset(tasks[1], 0).with_layout(tasks[2], full).with_offset(tasks[2], 1)
     assert merged(wraps, tasks, 8) is None
     split.population = [(1.0, wraps), (2.0, ok)]
     whole = Arm((tasks,), (8,), model, facts, np.random.default_rng(1))
