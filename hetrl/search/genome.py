@@ -94,8 +94,9 @@ def merged(g: Genotype, tasks: tuple[str, ...], size: int) -> Genotype | None:
             return None
         order[start:start + n] = order[start + r:start + n] + order[start:start + r]
         for t, (off, _) in zip(grp, windows, strict=True):
-            if start + (off - r) % n:
-                offsets.append((t, start + (off - r) % n))
+            at = start + (off - r) % n
+            if at:
+                offsets.append((t, at))
         start += n
     if size < start:
         return None

@@ -145,12 +145,18 @@ def _ends_and_sample(items: list, ends: list, count: int, rng: np.random.Generat
     return ends + [middle[i] for i in sorted(picked.tolist())]
 
 
+def halving_rounds(count: int) -> int:
+    """Rounds of a successive halving over ``count`` arms: halve until one is left, plus its
+    last round (1 for a single arm)."""
+    return 1 + math.ceil(math.log2(max(count, 1)))
+
+
 def affordable(count: int, budget: float, need: float, least: int = 1) -> int:
     """How many of ``count`` arms a successive halving of ``budget`` evaluations can enter:
     the most whose first round still gives each arm ``need`` evaluations (Hyperband's r_min),
     at least ``least``."""
     n = count
-    while n > least and budget / ((math.ceil(math.log2(n)) + 1) * n) < need:
+    while n > least and budget / (halving_rounds(n) * n) < need:
         n -= 1
     return n
 
@@ -164,7 +170,7 @@ def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -
     alive = list(arms)
     if halve:
         alive = sorted(alive, key=lambda a: a.best)[: affordable(len(alive), budget, 1)]
-    rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if halve else 1
+    rounds = halving_rounds(len(alive)) if halve else 1
     per_round = budget / rounds
     for _ in range(rounds):
         share = per_round / len(alive)
@@ -190,7 +196,7 @@ def _job_cap(arms: list[Arm], budget: float, halve: bool) -> int:
     """Most evaluations one job may use: its share plus the rounding of its inner rounds (over
     the arms that enter them: :func:`_halving_round`)."""
     n = affordable(len(arms), budget, 1) if halve else len(arms)
-    return n * (1 + math.ceil(math.log2(max(n, 1)))) + int(math.ceil(budget)) + 1
+    return n * halving_rounds(n) + int(math.ceil(budget)) + 1
 
 
 def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
@@ -350,7 +356,7 @@ class _SHABase(Scheduler):
             n_arms = affordable(len(alive), budget, 2 * population, least=2)
             if n_arms < len(alive):
                 alive = self._entrants(alive, n_arms, warm_arms, halving.screening, rng)
-        rounds = max(1, math.ceil(math.log2(len(alive))) + 1) if self.halve else 1
+        rounds = halving_rounds(len(alive)) if self.halve else 1
         # level-2 arms per entering grouping: as many as its first round can give a
         # population's worth each (at most 6, or ``gpu_groupings``)
         first_share = budget / rounds / max(len(alive), 1)
