@@ -182,6 +182,9 @@ class PolishOptions:
     #: iterated local search: a converged pass restarts from the best after this many moves
     #: (0: no further passes)
     kick_moves: int = 3
+    #: every other kick reorders each group's type blocks (the next order of its GPU types
+    #: not yet tried) instead of making random moves
+    kick_orders: bool = True
     #: also split independent triples of a group's tasks (PPO's reward, reference and critic
     #: inference) over three windows
     split_triples: bool = True
@@ -272,7 +275,7 @@ class SHAOptions:
         both, an option that does nothing with another given: a polish or warm-start option
         with ``polish=False`` / ``warm_start=False``, ``screening_fraction`` with
         ``screening=False``, ``p_sub`` with ``sub_layouts=False``, ``window_screen`` with
-        ``split_screen=0``."""
+        ``split_screen=0``, ``kick_orders=True`` with ``kick_moves=0``."""
         top = {f.name: f for f in dataclasses.fields(cls)}
         owner = {f.name: group for group, sub in _GROUPS.items()
                  for f in dataclasses.fields(sub)}
@@ -305,6 +308,8 @@ class SHAOptions:
                    {k: v for k, v in given.items() if k == "p_sub"})
         _no_effect(scheduler, given, "split_screen", 0,  # the windows are screened with the splits
                    {k: v for k, v in nested["polish"].items() if k == "window_screen" and v})
+        _no_effect(scheduler, given, "kick_moves", 0,  # no kicks at all
+                   {k: v for k, v in nested["polish"].items() if k == "kick_orders" and v})
         for group in _GROUPS:
             value = flat.get(group, True)
             if value is True:

@@ -100,8 +100,16 @@ class Polisher:
         self._polisher: Iterator[None] | None = None
         self._polish_state: list = [float("inf"), None]
         self._polished_best = float("nan")
-        #: the arm's best when the pass in progress started
+        #: the arm's best when the pass in progress started, and the fitness the pass itself
+        #: started from (a kicked genotype's, or a chain's end)
         self._pass_from = float("inf")
+        self._pass_start = float("inf")
+        #: (fitness, genotype) where the last finished pass ended, if it improved on where it
+        #: started: the next pass goes on from there (None: from the arm's best, kicked)
+        self._chain: tuple[float, Genotype] | None = None
+        #: kicks so far, and type-block orders tried as kicks since the best last improved
+        self._kicks = 0
+        self._orders_tried = 0
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -155,19 +163,29 @@ class Polisher:
         runs of consecutive GPUs of a group, so only in this order can every union of whole
         types be a window (any union, on the wrap-around, with up to three types): a replica
         runs at its slowest GPU, so the splits that pay put a task on one type's GPUs."""
+        blocked = self.type_reordered(g, 0)
+        assert blocked is not None  # (every group has its first order)
+        return blocked
+
+    def type_reordered(self, g: Genotype, turn: int) -> Genotype | None:
+        """``g`` with each group's GPUs in type blocks (:meth:`type_blocked`), the types in the
+        ``turn``-th order of ``itertools.permutations`` over their order of first appearance
+        (``turn`` 0: that order; nodes within a type keep theirs). A group with fewer orders
+        keeps its GPUs as they are; None when no group has a ``turn``-th order."""
         f = self.space.facts
-        order, start = list(g.order), 0
+        order, start, reordered = list(g.order), 0, False
         for n in g.sizes:
             part = order[start:start + n]
-            type_rank: dict[int, int] = {}
-            node_rank: dict[int, int] = {}
-            for d in part:
-                type_rank.setdefault(f.gpu[d], len(type_rank))
-                node_rank.setdefault(f.node[d], len(node_rank))
-            order[start:start + n] = sorted(part, key=lambda d: (type_rank[f.gpu[d]],
-                                                                 node_rank[f.node[d]]))
+            types = list(dict.fromkeys(f.gpu[d] for d in part))
+            ranked = next(itertools.islice(itertools.permutations(types), turn, None), None)
+            if ranked is not None:
+                reordered = True
+                type_rank = {t: i for i, t in enumerate(ranked)}
+                node_rank = {m: i for i, m in enumerate(dict.fromkeys(f.node[d] for d in part))}
+                order[start:start + n] = sorted(part, key=lambda d: (type_rank[f.gpu[d]],
+                                                                     node_rank[f.node[d]]))
             start += n
-        return g.with_order(tuple(order))
+        return g.with_order(tuple(order)) if reordered else None
 
     def type_windows(self, g: Genotype, group: int) -> list[tuple[int, int]]:
         """(offset, size) of the windows of ``g``'s group ``group`` that hold whole runs of one
@@ -411,9 +429,11 @@ class Polisher:
 
     def polish_pending(self) -> bool:
         """Whether :meth:`polish` has work: a pass in progress, an arm's best other than the
-        one the last finished pass ended with, or -- with kicks -- always."""
+        one the last finished pass ended with, a pass to go on from, or -- with kicks --
+        always."""
         return self._polisher is not None or (bool(self.arm.population) and (
-            self.options.kick_moves > 0 or self.arm.best != self._polished_best))
+            self.options.kick_moves > 0 or self._chain is not None
+            or self.arm.best != self._polished_best))
 
     @property
     def in_first_polish(self) -> bool:
@@ -435,9 +455,10 @@ class Polisher:
         most ``cap`` evaluations. A pass stopped at the cap resumes where it stopped at the next
         call; if the EA has meanwhile found a better genotype than the pass's best, the pass
         goes on from that one. After a finished pass, the next starts from the arm's best
-        once it differs from what that pass ended with; until then, with ``kick_moves`` > 0,
-        from the best after that many random moves (iterated local search). The best genotype
-        a pass found joins the population (replacing the worst, if it is better)."""
+        once it differs from what that pass ended with; until then from where that pass ended,
+        if it improved on where it started, else, with ``kick_moves`` > 0, from the best
+        kicked (:meth:`_kicked`; iterated local search). The best genotype a pass found joins
+        the population (replacing the worst, if it is better)."""
         if not self.arm.population:
             return
         state = self._polish_state
@@ -449,15 +470,22 @@ class Polisher:
             state[0], state[1] = best_f, best
         if self._polisher is None:
             self._pass_from = best_f
-            if best_f == self._polished_best:
-                if self.options.kick_moves <= 0:
+            if best_f == self._polished_best:  # the EA found nothing better since that pass
+                if self._chain is not None:
+                    # the last pass improved on where it started: the next goes on from its
+                    # end, as a pass's splits start from its base only (a local optimum is
+                    # where a whole pass finds nothing)
+                    best_f, best = self._chain
+                elif self.options.kick_moves <= 0:
                     return  # converged: nothing new to start from
-                # converged: iterated local search -- a new pass from the best kicked by a few
-                # random moves (the pass may end worse than the best: what it finds still
-                # joins the population if it beats the worst)
-                for _ in range(self.options.kick_moves):
-                    best = self.arm.mutate(best)
-                best_f = self.arm.fitness(ev, best)
+                else:
+                    # converged: iterated local search -- a new pass from the best kicked (the
+                    # pass may end worse than the best: what it finds still joins the
+                    # population if it beats the worst)
+                    best = self._kicked(best)
+                    best_f = self.arm.fitness(ev, best)
+            self._chain = None
+            self._pass_start = best_f
             state = self._polish_state = [best_f, best]
 
             def trial(g: Genotype, f: float | None = None) -> None:
@@ -482,7 +510,29 @@ class Polisher:
         self.arm.adopt(state)
         if finished:
             self._polisher = None
+            self._chain = (state[0], state[1]) if state[0] < self._pass_start else None
+            if math.isnan(self._polished_best) or self.arm.best < self._polished_best:
+                self._orders_tried = 0  # a new best: every other type order is new to it
             self._polished_best = self.arm.best
+
+    def _kicked(self, g: Genotype) -> Genotype:
+        """Iterated local search's kick from the local optimum ``g``. With ``kick_orders``,
+        every other kick (the first, the third, ...) puts each group's GPUs in type blocks in
+        the next order of its GPU types not yet tried since the best last improved
+        (:meth:`type_reordered`): the node order along a group decides which windows exist
+        and which links a pipeline crosses, and no polish move changes it together with the
+        layouts that pay on it. The other kicks, and every kick once no order is left:
+        ``kick_moves`` random moves (docs/search-history.md, "Passes chained, type orders
+        as kicks")."""
+        self._kicks += 1
+        if self.options.kick_orders and self._kicks % 2 == 1:
+            self._orders_tried += 1
+            reordered = self.type_reordered(g, self._orders_tried)
+            if reordered is not None:
+                return reordered
+        for _ in range(self.options.kick_moves):
+            g = self.arm.mutate(g)
+        return g
 
     def _split_base(self, base: Genotype, tasks: tuple[str, ...]) -> Genotype:
         """The base a split of ``tasks`` starts from: ``base``, or (``split_light``, a pair with

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hetrl.cost.model import CostModel
+from hetrl.errors import SpecError
 from hetrl.plan import Plan, TaskGroup, even_layers, make_placement, validate
 from hetrl.search import Budget, get_scheduler
 from hetrl.search.balance import balance_data, balance_layers, proportional_split
@@ -528,7 +529,10 @@ def test_finished_polish_waits_for_a_new_best_without_kicks(small_workload, smal
     ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
     arm = _colocated_arm(small_workload, small_cluster, kick_moves=0)
     arm.run(ev, 8)
-    arm.polish(ev)  # no cap: the whole pass
+    for _ in range(20):  # whole passes, each from the last one's end while it improves
+        arm.polish(ev)  # no cap: the whole pass
+        if not arm.polish_pending():
+            break
     assert not arm.polishing and not arm.polish_pending()
     spent = arm.evaluations
     arm.polish(ev)  # nothing new to start from: no evaluations
@@ -552,6 +556,66 @@ def test_converged_polish_goes_on_from_a_kicked_best(small_workload, small_clust
     assert arm.polishing
     arm.polish(ev)
     assert not arm.polishing and arm.best <= best
+
+
+def test_a_pass_that_improved_is_followed_by_one_from_its_end(small_workload, small_cluster,
+                                                             monkeypatch):
+    """A pass's splits start from where the pass started only, so a pass that improved on its
+    start is followed by another from its end, not by a kick: no random move is made, and
+    without kicks the polish still has work."""
+    ev = Evaluator(small_workload, small_cluster, Budget(evaluations=10**6))
+    arm = _colocated_arm(small_workload, small_cluster, kick_moves=0)
+    arm.run(ev, 8)
+    start = arm.best
+    arm.polish(ev)
+    assert arm.best < start  # the first pass improved (the fixture's EA best is far off)
+    polisher = arm.polisher
+    assert polisher._chain is not None and polisher._chain[0] == arm.best
+    assert arm.polish_pending()
+    monkeypatch.setattr(type(arm), "mutate", lambda self, g: pytest.fail("kicked"))
+    best, spent = arm.best, arm.evaluations
+    arm.polish(ev)  # from the first pass's end
+    assert arm.evaluations > spent and arm.best <= best
+
+
+def test_kicks_alternate_type_orders_and_random_moves(small_workload, monkeypatch):
+    """With ``kick_orders``, the first, third, ... kick reorders the group's type blocks (the
+    next order of its types not tried since the best last improved), the others make
+    ``kick_moves`` random moves; once no order is left, every kick is random."""
+    cluster = ClusterSpec("mixed", (
+        NodeSpec("a1", "A100-80GB", 2, "us-east-1"), NodeSpec("l1", "L40S", 2, "us-east-2"),
+        NodeSpec("t1", "L4", 2, "us-east-2")),
+        region_links=(RegionLink("us-east-1", "us-east-2", 10.0, 5.0),))
+    arm = _colocated_arm(small_workload, cluster, kick_moves=2)
+    gpu = [d.gpu.name for d in cluster.devices]
+    moves = []
+    monkeypatch.setattr(type(arm), "mutate", lambda self, g: moves.append(1) or g)
+    g = arm.polisher.type_blocked(arm.random_genotype())
+
+    def types(h):
+        return list(dict.fromkeys(gpu[d] for d in h.order))
+
+    seen, random_kicks = [types(g)], 0
+    for _ in range(10):  # 3 types: 5 other orders, on the odd kicks
+        before = len(moves)
+        h = arm.polisher._kicked(g)
+        if len(moves) > before:
+            assert len(moves) - before == 2 and h == g  # kick_moves random moves
+            random_kicks += 1
+        else:
+            seen.append(types(h))
+    assert len(seen) == 6 and len({tuple(t) for t in seen}) == 6  # every order once
+    assert random_kicks == 5
+    arm.polisher._kicks = 0
+    for _ in range(2):  # no order left: random moves
+        before = len(moves)
+        arm.polisher._kicked(g)
+        assert len(moves) - before == 2
+    assert arm.polisher.type_reordered(g, 6) is None
+    # kick_orders does nothing without kicks
+    with pytest.raises(SpecError, match="kick_orders"):
+        SHAOptions.from_flat(kick_moves=0, kick_orders=True)
+    assert not SHAOptions.from_flat(kick_orders=False).polish.kick_orders
 
 
 class _FakeArm:
