@@ -106,9 +106,11 @@ def _reading(best: pd.Series) -> str:
              else "an SHA-EA search behind verl or DEAP: see the figure")
     if first in ("hetrl", "ilp"):
         return f"HetRL first; {ahead}"
-    if first.startswith("hetrl") and "hetrl" in best:
-        return (f"{first} (a variant of HetRL) first, {100 * (best['hetrl'] / best[first] - 1):.1f}% "
-                f"ahead of hetrl: without the warm start the later phases start sooner and "
-                f"from other plans, and here their polish ended lower (the warm start is the "
-                f"floor at small budgets: experiments/bench_floor.py); {ahead}")
-    return f"{first} first: see the figure; {ahead}"
+    if not (first.startswith("hetrl") and "hetrl" in best):
+        return f"{first} first: see the figure; {ahead}"
+    lead = f"{first} (a variant of HetRL) first, {100 * (best['hetrl'] / best[first] - 1):.1f}% ahead of hetrl"
+    if first == "hetrl-no-warm-start":
+        return (f"{lead}: without the warm start the later phases start sooner and from other "
+                f"plans, and here their polish ended lower (the warm start is the floor at "
+                f"small budgets: experiments/bench_floor.py); {ahead}")
+    return f"{lead}: see the figure; {ahead}"

@@ -269,6 +269,10 @@ def test_fig5_reading_names_a_hetrl_variant_first_and_checks_the_baselines():
     behind = pd.Series({"hetrl": 100.0, "hetrl-simple": 200.0, "verl": 150.0, "deap": 300.0})
     assert fig5._reading(behind) == ("HetRL first; an SHA-EA search behind verl or DEAP: see "
                                      "the figure")
+    simple = pd.Series({"hetrl": 120.0, "hetrl-simple": 110.0, "verl": 150.0})
+    assert fig5._reading(simple) == ("hetrl-simple (a variant of HetRL) first, 9.1% ahead of "
+                                     "hetrl: see the figure; every SHA-EA search ahead of verl "
+                                     "and DEAP")
 
 
 def test_fig4_plot_draws_both_panels(tmp_path):
