@@ -100,9 +100,9 @@ class Polisher:
         self._polisher: Iterator[None] | None = None
         self._polish_state: list = [float("inf"), None]
         self._polished_best = float("nan")
-        #: the arm's best when the pass in progress started, and the fitness the pass itself
-        #: started from (a kicked genotype's, or a chain's end)
+        #: the arm's best when the pass in progress started
         self._pass_from = float("inf")
+        #: the fitness the pass in progress started from (a kicked genotype's, a chain's end)
         self._pass_start = float("inf")
         #: (fitness, genotype) where the last finished pass ended, if it improved on where it
         #: started: the next pass goes on from there (None: from the arm's best, kicked)
@@ -511,7 +511,7 @@ class Polisher:
         if finished:
             self._polisher = None
             self._chain = (state[0], state[1]) if state[0] < self._pass_start else None
-            if math.isnan(self._polished_best) or self.arm.best < self._polished_best:
+            if self.arm.best < self._polished_best:  # (False after the first pass: 0 then)
                 self._orders_tried = 0  # a new best: every other type order is new to it
             self._polished_best = self.arm.best
 
