@@ -25,6 +25,7 @@ finalists is dropped (a co-located arm not before its first pass has finished).
 HetRL (simple), the ablation: no halving (every arm gets the same share, round robin) and
 local search swaps only inside one group.
 
+The rounds' jobs and their runner (serial or on a process pool): :mod:`hetrl.search.rounds`.
 Options: :class:`hetrl.search.options.SHAOptions`.
 """
 
@@ -36,19 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.cost.model import CostModel
 from hetrl.search.base import (
-    Budget,
     BudgetExhausted,
     Evaluator,
     Scheduler,
     register,
 )
-from hetrl.search.collector import hold_full_collections
 from hetrl.search.ea import Arm, DeviceFacts
 from hetrl.search.genome import merged
-from hetrl.search.objective import TIME, Objective
 from hetrl.search.options import SHAOptions
+from hetrl.search.rounds import Level1, RoundRunner, affordable, halving_rounds
 from hetrl.search.space import task_groupings
 from hetrl.search.warm import warm_start
 
@@ -87,18 +85,7 @@ def sample_sizes(n: int, groups: int, k: int, rng: np.random.Generator,
     return out[:k]
 
 
-class _Level1:
-    def __init__(self, grouping: tuple[tuple[str, ...], ...], arms: list[Arm], halve: bool):
-        self.grouping = grouping
-        self.arms = arms
-        self.halve = halve
-
-    @property
-    def best(self) -> float:
-        return min(a.best for a in self.arms)
-
-
-def choose_finalists(alive: list[_Level1], together: list[Arm], colocated: bool = True,
+def choose_finalists(alive: list[Level1], together: list[Arm], colocated: bool = True,
                      count: int = 3, warm: list[Arm] = ()) -> list[Arm]:
     """The arms of the final phase: the ``count`` best arms of the surviving groupings, the
     best warm-start arm (our addition: the floor the search must not lose to goes on being
@@ -145,157 +132,6 @@ def _ends_and_sample(items: list, ends: list, count: int, rng: np.random.Generat
     return ends + [middle[i] for i in sorted(picked.tolist())]
 
 
-def halving_rounds(count: int) -> int:
-    """Rounds of a successive halving over ``count`` arms: halve until one is left, plus its
-    last round (1 for a single arm)."""
-    return 1 + math.ceil(math.log2(max(count, 1)))
-
-
-def affordable(count: int, budget: float, need: float, least: int = 1) -> int:
-    """How many of ``count`` arms a successive halving of ``budget`` evaluations can enter:
-    the most whose first round still gives each arm ``need`` evaluations (Hyperband's r_min),
-    at least ``least``."""
-    n = count
-    while n > least and budget / (halving_rounds(n) * n) < need:
-        n -= 1
-    return n
-
-
-def _halving_round(arms: list[Arm], budget: float, ev: Evaluator, halve: bool) -> list[Arm]:
-    """Inner successive halving: spend ``budget`` evaluations over ``arms``. With more arms
-    than rounds of one step each can serve (a grouping holding dozens of warm starts' arms),
-    only the best-priced enter (the others are dropped): every arm's step per round would
-    spend several times ``budget`` (docs/search-history.md, "The inner halving kept to its
-    share")."""
-    alive = list(arms)
-    if halve:
-        alive = sorted(alive, key=lambda a: a.best)[: affordable(len(alive), budget, 1)]
-    rounds = halving_rounds(len(alive)) if halve else 1
-    per_round = budget / rounds
-    for _ in range(rounds):
-        share = per_round / len(alive)
-        for arm in alive:
-            arm.run(ev, max(1, round(share)))
-        if halve and len(alive) > 1:
-            alive.sort(key=lambda a: a.best)
-            alive = alive[: max(1, len(alive) // 2)]
-    return alive
-
-
-# --- one level-1 arm's round as a job (in this process or in a worker process) ---------------
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(workload, cluster, params) -> None:
-    hold_full_collections()  # a worker process only searches (see hetrl/search/collector.py)
-    _WORKER["model"] = CostModel(workload, cluster, params)
-
-
-def _job_cap(arms: list[Arm], budget: float, halve: bool) -> int:
-    """Most evaluations one job may use: its share plus the rounding of its inner rounds (over
-    the arms that enter them: :func:`_halving_round`)."""
-    n = affordable(len(arms), budget, 1) if halve else len(arms)
-    return n * halving_rounds(n) + int(math.ceil(budget)) + 1
-
-
-def _level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
-                model: CostModel | None = None, cap: int | None = None,
-                objective: Objective = TIME) -> dict[str, Any]:
-    """Run one task grouping's inner halving with its own evaluation budget (so the result does
-    not depend on where or in which order jobs run) and report what it found. ``cap`` bounds
-    its evaluations (the global budget's remainder allotted to this job)."""
-    model = model or _WORKER["model"]
-    if cap is None:
-        cap = _job_cap(arms, budget, halve)
-    if cap < 1:
-        return {"arms": arms, "keep": list(range(len(arms))), "best": None, "evaluations": 0,
-                "history": []}
-    for arm in arms:
-        arm.model = model
-    local = Evaluator(model.workload, model.cluster,
-                      Budget(seconds=seconds_left, evaluations=cap), model.params, model=model,
-                      objective=objective)
-    survivors = arms
-    try:
-        survivors = _halving_round(arms, budget, local, halve)
-    except BudgetExhausted:
-        pass
-    keep = [arms.index(a) for a in survivors]
-    for arm in arms:
-        arm.model = None
-    return {"arms": arms, "keep": keep, "best": local.best, "evaluations": local.evaluations,
-            "history": local.history}
-
-
-class _Runner:
-    """Runs level-1 jobs serially or on a process pool (``Budget.workers``)."""
-
-    def __init__(self, ev: Evaluator, workers: int, deadline: float | None = None):
-        self.ev = ev
-        #: wall-clock second (from the search's start) at which the rounds end, if any
-        self.deadline = deadline if deadline is not None else ev.budget.seconds
-        self.pool = None
-        if workers > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(
-                workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                initargs=(ev.workload, ev.cluster, ev.model.params))
-
-    def _caps(self, jobs: list[tuple[_Level1, float]]) -> list[int | None]:
-        """Each job's evaluation cap, allotted in job order from what the global evaluation
-        budget has left (fixed before any job runs, so serial and pooled runs agree and the
-        total never exceeds the budget)."""
-        b = self.ev.budget
-        if b.evaluations is None:
-            return [None] * len(jobs)
-        left = b.evaluations - self.ev.evaluations
-        caps: list[int | None] = []
-        for l1, budget in jobs:
-            cap = max(min(_job_cap(l1.arms, budget, l1.halve), left), 0)
-            caps.append(cap)
-            left -= cap
-        return caps
-
-    def run(self, jobs: list[tuple[_Level1, float]], halve: bool) -> None:
-        ev = self.ev
-        caps = self._caps(jobs)
-        left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
-        if self.pool is None:
-            results = []
-            for (l1, budget), cap in zip(jobs, caps, strict=True):
-                if ev.exhausted() or self.past_deadline():
-                    break
-                left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
-                results.append(_level1_job(l1.arms, budget, halve, left, ev.model, cap,
-                                           ev.objective))
-                self._merge(l1, results[-1])
-            return
-        futures = [self.pool.submit(_level1_job, l1.arms, budget, halve, left, None, cap,
-                                    ev.objective)
-                   for (l1, budget), cap in zip(jobs, caps, strict=True)]
-        for (l1, _), fut in zip(jobs, futures, strict=True):
-            self._merge(l1, fut.result())
-
-    def past_deadline(self) -> bool:
-        return self.deadline is not None and self.ev.elapsed() >= self.deadline
-
-    def _merge(self, l1: _Level1, out: dict[str, Any]) -> None:
-        ev = self.ev
-        l1.arms = out["arms"]
-        for arm in l1.arms:
-            arm.model = ev.model
-        if l1.halve:
-            l1.arms = [l1.arms[i] for i in out["keep"]]
-        ev.absorb(out["best"], out["evaluations"])
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-
 class _SHABase(Scheduler):
     halve = True
     swaps = "cross"
@@ -324,7 +160,7 @@ class _SHABase(Scheduler):
         total = self._evaluation_budget(ev, warm)
         # every grouping starts with one arm, its GPUs split evenly (more arms are added to the
         # groupings that enter the halving, as the budget allows)
-        level1 = [_Level1(g, [warm if warm is not None and g == warm.groups
+        level1 = [Level1(g, [warm if warm is not None and g == warm.groups
                               else make_arm(g, sample_sizes(n, len(g), 1, rng)[0])], self.halve)
                   for g in groupings]
         by_grouping = {l1.grouping: l1 for l1 in level1}
@@ -370,7 +206,7 @@ class _SHABase(Scheduler):
         # evaluation count derived from the warm-up can overestimate the rate, and the final
         # phase (three best arms, polish) must not be cut off by the clock.
         seconds = ev.budget.seconds
-        runner = _Runner(ev, ev.budget.workers,
+        runner = RoundRunner(ev, ev.budget.workers,
                          None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds))
         completed, round_start = 0, (ev.elapsed(), ev.evaluations)
         try:
@@ -415,7 +251,7 @@ class _SHABase(Scheduler):
         return {"halving_rounds": rounds, "halving_rounds_completed": completed, **info}
 
     @staticmethod
-    def _carry_best(ev: Evaluator, level1: list[_Level1], together: list[Arm], n: int,
+    def _carry_best(ev: Evaluator, level1: list[Level1], together: list[Arm], n: int,
                     total: int) -> None:
         """The best plan of any arm so far that the co-located arm on all ``n`` GPUs can hold,
         carried into it (:func:`~hetrl.search.genome.merged`: the same placements, as one
@@ -450,7 +286,7 @@ class _SHABase(Scheduler):
                     break
 
     @staticmethod
-    def _screen(ev: Evaluator, level1: list[_Level1], budget: int, rng: np.random.Generator,
+    def _screen(ev: Evaluator, level1: list[Level1], budget: int, rng: np.random.Generator,
                 info: dict[str, Any]) -> None:
         """Price each task grouping's structured first individual (one evaluation each) before
         any EA step, so that the halving's entrants are chosen by a price, not at random. With
@@ -465,14 +301,14 @@ class _SHABase(Scheduler):
         info["screened"] = len(todo)
 
     @staticmethod
-    def _entrants(alive: list[_Level1], n_arms: int, warm_arms: list[Arm], screened: bool,
-                  rng: np.random.Generator) -> list[_Level1]:
+    def _entrants(alive: list[Level1], n_arms: int, warm_arms: list[Arm], screened: bool,
+                  rng: np.random.Generator) -> list[Level1]:
         """The ``n_arms`` groupings that enter the halving: every grouping holding one of the
         (at most ``n_arms`` // 2) best warm arms, then the best screened groupings; without
         screening, "everything co-located", "every task apart" and a random subset."""
         if not screened:  # groupings are ordered by their number of groups
             return _ends_and_sample(alive, [alive[0], alive[-1]], n_arms, rng)
-        out: list[_Level1] = []
+        out: list[Level1] = []
         for arm in warm_arms[: max(n_arms // 2, 1)]:
             l1 = next(x for x in alive if x.grouping == arm.groups)
             if l1 not in out:
@@ -485,7 +321,7 @@ class _SHABase(Scheduler):
         return out
 
     @staticmethod
-    def _add_sizes(l1: _Level1, k: int, n: int, rng: np.random.Generator, make_arm,
+    def _add_sizes(l1: Level1, k: int, n: int, rng: np.random.Generator, make_arm,
                    idle: bool) -> None:
         """Give grouping ``l1`` up to ``k`` level-2 arms of all GPUs (:func:`sample_sizes`)
         besides the ones it has, and (``idle``, with k >= 2) one whose sizes leave the last

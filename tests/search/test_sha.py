@@ -624,10 +624,11 @@ class _FakeArm:
 
 
 def test_finalists_keep_the_best_colocated_arm_and_the_best_warm_arm():
-    from hetrl.search.sha import _Level1, choose_finalists
+    from hetrl.search.rounds import Level1
+    from hetrl.search.sha import choose_finalists
 
-    together = _Level1((("a", "b", "c"),), [_FakeArm(9.0), _FakeArm(7.0)], True)
-    split = _Level1((("a",), ("b", "c")), [_FakeArm(1.0), _FakeArm(2.0), _FakeArm(3.0),
+    together = Level1((("a", "b", "c"),), [_FakeArm(9.0), _FakeArm(7.0)], True)
+    split = Level1((("a",), ("b", "c")), [_FakeArm(1.0), _FakeArm(2.0), _FakeArm(3.0),
                                            _FakeArm(4.0)], True)
     alive = [split]  # the halving dropped the co-located grouping
     out = choose_finalists(alive, together.arms)
@@ -1055,7 +1056,8 @@ def test_the_final_phase_starts_the_colocated_arm_from_the_best_plan_so_far(smal
                                                                            small_cluster):
     """``carry_best``: before the final phase the co-located arm on all GPUs takes the best plan
     any arm holds (merged into one group), once; the search stays deterministic."""
-    from hetrl.search.sha import _Level1, _SHABase
+    from hetrl.search.rounds import Level1
+    from hetrl.search.sha import _SHABase
 
     model = CostModel(small_workload, small_cluster)
     facts = DeviceFacts.of(model)
@@ -1065,7 +1067,7 @@ def test_the_final_phase_starts_the_colocated_arm_from_the_best_plan_so_far(smal
     whole = Arm((tasks,), (8,), model, facts, np.random.default_rng(1))
     split.run(ev, 8)
     whole.population = [(math.inf, whole.random_genotype())]  # nothing feasible of its own
-    level1 = [_Level1((tasks,), [whole], True), _Level1(split.groups, [split], True)]
+    level1 = [Level1((tasks,), [whole], True), Level1(split.groups, [split], True)]
     _SHABase._carry_best(ev, level1, [whole], 8, 10**6)
     assert whole.best == split.best and len(whole.population) == 2
     _SHABase._carry_best(ev, level1, [whole], 8, 10**6)  # no better plan: nothing taken
@@ -1082,7 +1084,8 @@ def test_the_carried_plan_is_the_best_one_the_colocated_arm_can_hold(small_workl
     random-1024 with an infeasible best). With a hopeless polish on all GPUs (a pass costing
     more than ten times the budget), the co-located arm on part of them gets the plan too."""
     from hetrl.search.genome import merged
-    from hetrl.search.sha import _hopeless, _Level1, _SHABase
+    from hetrl.search.rounds import Level1
+    from hetrl.search.sha import _hopeless, _SHABase
 
     model = CostModel(small_workload, small_cluster)
     facts = DeviceFacts.of(model)
@@ -1102,7 +1105,7 @@ def test_the_carried_plan_is_the_best_one_the_colocated_arm_can_hold(small_workl
     part = Arm((tasks,), (6,), model, facts, np.random.default_rng(2))
     for arm in (whole, part):
         arm.population = [(math.inf, arm.random_genotype())]
-    level1 = [_Level1((tasks,), [whole, part], True), _Level1(split.groups, [split], True)]
+    level1 = [Level1((tasks,), [whole, part], True), Level1(split.groups, [split], True)]
     _SHABase._carry_best(ev, level1, [whole, part], 8, 10**6)
     assert [g for _, g in whole.population][-1] == merged(ok, tasks, 8)
     assert len(part.population) == 1  # a polish that can finish a pass: the part arm keeps its own
@@ -1116,7 +1119,7 @@ def test_the_inner_halving_keeps_to_its_share(small_workload, small_cluster):
     arms: 161 in one grouping on random-1024) enters only its best-priced ones: the round
     spends its share (plus rounding), not a step per arm per round, which on random-1024 took
     the evaluations of every other grouping's job in the round."""
-    from hetrl.search.sha import _halving_round, _job_cap, affordable
+    from hetrl.search.rounds import affordable, halving_round, job_cap
 
     assert affordable(10, 6, 1) == 2 and affordable(10, 1000, 1) == 10
     assert affordable(10, 6, 16, least=2) == 2 and affordable(1, 0, 1) == 1
@@ -1129,9 +1132,21 @@ def test_the_inner_halving_keeps_to_its_share(small_workload, small_cluster):
         arm.run(ev, 1)
     best_two = sorted(arms, key=lambda a: a.best)[:2]
     before = ev.evaluations
-    survivors = _halving_round(arms, 6, ev, halve=True)
-    assert ev.evaluations - before <= _job_cap(arms, 6, True) < len(arms)
+    survivors = halving_round(arms, 6, ev, halve=True)
+    assert ev.evaluations - before <= job_cap(arms, 6, True) < len(arms)
     assert len(survivors) == 1 and survivors[0] in best_two
     before = ev.evaluations  # the ablation without halving: every arm its step
-    _halving_round(arms, 6, ev, halve=False)
+    halving_round(arms, 6, ev, halve=False)
     assert ev.evaluations - before == len(arms)
+
+
+def test_a_pooled_search_finds_the_serial_searchs_plan(small_workload, small_cluster):
+    """The rounds' jobs run on a process pool with ``Budget.workers`` > 1 (hetrl/search/rounds.py):
+    each job's evaluation cap is fixed before any runs, so the pool changes where the jobs run,
+    not what they find."""
+    serial = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                           Budget(evaluations=1500, seed=3, workers=1))
+    pooled = get_scheduler("hetrl").search(small_workload, small_cluster,
+                                           Budget(evaluations=1500, seed=3, workers=2))
+    assert pooled.plan == serial.plan
+    assert pooled.evaluations == serial.evaluations == 1500
