@@ -185,6 +185,9 @@ class PolishOptions:
     #: every other kick reorders each group's type blocks (the next order of its GPU types
     #: not yet tried) instead of making random moves
     kick_orders: bool = True
+    #: kicks also move one task onto a type window of its group (the best-priced such move
+    #: not yet tried), taking turns with the other kinds of kick
+    kick_windows: bool = True
     #: also split independent triples of a group's tasks (PPO's reward, reference and critic
     #: inference) over three windows
     split_triples: bool = True
@@ -275,7 +278,7 @@ class SHAOptions:
         both, an option that does nothing with another given: a polish or warm-start option
         with ``polish=False`` / ``warm_start=False``, ``screening_fraction`` with
         ``screening=False``, ``p_sub`` with ``sub_layouts=False``, ``window_screen`` with
-        ``split_screen=0``, ``kick_orders=True`` with ``kick_moves=0``."""
+        ``split_screen=0``, ``kick_orders=True`` or ``kick_windows=True`` with ``kick_moves=0``."""
         top = {f.name: f for f in dataclasses.fields(cls)}
         owner = {f.name: group for group, sub in _GROUPS.items()
                  for f in dataclasses.fields(sub)}
@@ -309,7 +312,8 @@ class SHAOptions:
         _no_effect(scheduler, given, "split_screen", 0,  # the windows are screened with the splits
                    {k: v for k, v in nested["polish"].items() if k == "window_screen" and v})
         _no_effect(scheduler, given, "kick_moves", 0,  # no kicks at all
-                   {k: v for k, v in nested["polish"].items() if k == "kick_orders" and v})
+                   {k: v for k, v in nested["polish"].items()
+                    if k in ("kick_orders", "kick_windows") and v})
         for group in _GROUPS:
             value = flat.get(group, True)
             if value is True:

@@ -6,9 +6,10 @@ tasks of a group split over consecutive windows of it (the tasks taking turns at
 layouts) and each task alone on the windows of one type or all but one (screened together:
 the sets whose first-priced splits pay go first), then each task's moves over its full-group
 and aligned part-of-group (layout, offset) options (:mod:`hetrl.search.moves`: screened by
-window, as the splits are). What it finds joins the arm's population as a genotype; once a
-pass has converged, the next starts from the best after a few random moves (iterated local
-search). docs/search.md says what each step does; docs/search-history.md why.
+window, as the splits are). What it finds joins the arm's population as a genotype. A pass
+that ended below where it started is followed by one from its end; once a whole pass finds
+nothing, the next starts from the best kicked (iterated local search, :mod:`hetrl.search.kicks`).
+docs/search.md says what each step does; docs/search-history.md why.
 
 A :class:`Polisher` belongs to one arm of :mod:`hetrl.search.ea`, which it sees through two narrow
 interfaces: :class:`PolishArm` (price, move, adopt) and :class:`PolishSpace` (the arm's layouts
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
+from hetrl.search.kicks import Kicks
 from hetrl.search.moves import TaskMoves, offsets, rank
 from hetrl.search.options import PolishOptions
 from hetrl.search.space import Layout, aligned
@@ -107,9 +109,9 @@ class Polisher:
         #: (fitness, genotype) where the last finished pass ended, if it improved on where it
         #: started: the next pass goes on from there (None: from the arm's best, kicked)
         self._chain: tuple[float, Genotype] | None = None
-        #: kicks so far, and type-block orders tried as kicks since the best last improved
-        self._kicks = 0
-        self._orders_tried = 0
+        #: iterated local search's kicks: where a pass starts once one from the best found
+        #: nothing
+        self.kicks = Kicks(self)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -457,7 +459,7 @@ class Polisher:
         goes on from that one. After a finished pass, the next starts from the arm's best
         once it differs from what that pass ended with; until then from where that pass ended,
         if it improved on where it started, else, with ``kick_moves`` > 0, from the best
-        kicked (:meth:`_kicked`; iterated local search). The best genotype a pass found joins
+        kicked (:meth:`Kicks.kicked`; iterated local search). The best genotype a pass found joins
         the population (replacing the worst, if it is better)."""
         if not self.arm.population:
             return
@@ -482,7 +484,7 @@ class Polisher:
                     # converged: iterated local search -- a new pass from the best kicked (the
                     # pass may end worse than the best: what it finds still joins the
                     # population if it beats the worst)
-                    best = self._kicked(best)
+                    best = self.kicks.kicked(ev, best)
                     best_f = self.arm.fitness(ev, best)
             self._chain = None
             self._pass_start = best_f
@@ -512,27 +514,8 @@ class Polisher:
             self._polisher = None
             self._chain = (state[0], state[1]) if state[0] < self._pass_start else None
             if self.arm.best < self._polished_best:  # (False after the first pass: 0 then)
-                self._orders_tried = 0  # a new best: every other type order is new to it
+                self.kicks.new_best()
             self._polished_best = self.arm.best
-
-    def _kicked(self, g: Genotype) -> Genotype:
-        """Iterated local search's kick from the local optimum ``g``. With ``kick_orders``,
-        every other kick (the first, the third, ...) puts each group's GPUs in type blocks in
-        the next order of its GPU types not yet tried since the best last improved
-        (:meth:`type_reordered`): the node order along a group decides which windows exist
-        and which links a pipeline crosses, and no polish move changes it together with the
-        layouts that pay on it. The other kicks, and every kick once no order is left:
-        ``kick_moves`` random moves (docs/search-history.md, "Passes chained, type orders
-        as kicks")."""
-        self._kicks += 1
-        if self.options.kick_orders and self._kicks % 2 == 1:
-            self._orders_tried += 1
-            reordered = self.type_reordered(g, self._orders_tried)
-            if reordered is not None:
-                return reordered
-        for _ in range(self.options.kick_moves):
-            g = self.arm.mutate(g)
-        return g
 
     def _split_base(self, base: Genotype, tasks: tuple[str, ...]) -> Genotype:
         """The base a split of ``tasks`` starts from: ``base``, or (``split_light``, a pair with

@@ -579,14 +579,14 @@ def test_a_pass_that_improved_is_followed_by_one_from_its_end(small_workload, sm
 
 
 def test_kicks_alternate_type_orders_and_random_moves(small_workload, monkeypatch):
-    """With ``kick_orders``, the first, third, ... kick reorders the group's type blocks (the
-    next order of its types not tried since the best last improved), the others make
-    ``kick_moves`` random moves; once no order is left, every kick is random."""
+    """With ``kick_orders`` (and no window kicks), the first, third, ... kick reorders the
+    group's type blocks (the next order of its types not tried since the best last improved),
+    the others make ``kick_moves`` random moves; once no order is left, every kick is random."""
     cluster = ClusterSpec("mixed", (
         NodeSpec("a1", "A100-80GB", 2, "us-east-1"), NodeSpec("l1", "L40S", 2, "us-east-2"),
         NodeSpec("t1", "L4", 2, "us-east-2")),
         region_links=(RegionLink("us-east-1", "us-east-2", 10.0, 5.0),))
-    arm = _colocated_arm(small_workload, cluster, kick_moves=2)
+    arm = _colocated_arm(small_workload, cluster, kick_moves=2, kick_windows=False)
     gpu = [d.gpu.name for d in cluster.devices]
     moves = []
     monkeypatch.setattr(type(arm), "mutate", lambda self, g: moves.append(1) or g)
@@ -596,9 +596,10 @@ def test_kicks_alternate_type_orders_and_random_moves(small_workload, monkeypatc
         return list(dict.fromkeys(gpu[d] for d in h.order))
 
     seen, random_kicks = [types(g)], 0
+    ev = Evaluator(small_workload, cluster, Budget(evaluations=10**6))
     for _ in range(10):  # 3 types: 5 other orders, on the odd kicks
         before = len(moves)
-        h = arm.polisher._kicked(g)
+        h = arm.polisher.kicks.kicked(ev, g)
         if len(moves) > before:
             assert len(moves) - before == 2 and h == g  # kick_moves random moves
             random_kicks += 1
@@ -606,16 +607,58 @@ def test_kicks_alternate_type_orders_and_random_moves(small_workload, monkeypatc
             seen.append(types(h))
     assert len(seen) == 6 and len({tuple(t) for t in seen}) == 6  # every order once
     assert random_kicks == 5
-    arm.polisher._kicks = 0
+    arm.polisher.kicks.count = 0
     for _ in range(2):  # no order left: random moves
         before = len(moves)
-        arm.polisher._kicked(g)
+        arm.polisher.kicks.kicked(ev, g)
         assert len(moves) - before == 2
     assert arm.polisher.type_reordered(g, 6) is None
     # kick_orders does nothing without kicks
     with pytest.raises(SpecError, match="kick_orders"):
         SHAOptions.from_flat(kick_moves=0, kick_orders=True)
     assert not SHAOptions.from_flat(kick_orders=False).polish.kick_orders
+
+
+def test_window_kicks_move_one_task_onto_a_type_window_best_priced_first(small_workload,
+                                                                         monkeypatch):
+    """With ``kick_windows`` the kicks take turns: a type window, a type order, random moves.
+    A window kick moves one task onto a type window of its group it is not on; every such move
+    is priced once (one evaluation each) and they come best-priced first, each once."""
+    cluster = ClusterSpec("mixed", (
+        NodeSpec("a1", "A100-80GB", 2, "us-east-1"), NodeSpec("l1", "L40S", 2, "us-east-2"),
+        NodeSpec("t1", "L4", 2, "us-east-2")),
+        region_links=(RegionLink("us-east-1", "us-east-2", 10.0, 5.0),))
+    arm = _colocated_arm(small_workload, cluster, kick_moves=2, kick_windows=True)
+    p = arm.polisher
+    moves = []
+    monkeypatch.setattr(type(arm), "mutate", lambda self, g: moves.append(1) or g)
+    g = p.type_blocked(arm.seeded_genotype())
+    ev = Evaluator(small_workload, cluster, Budget(evaluations=10**6))
+    windows = p.type_windows(g, 0)
+
+    def moved(h):
+        """The one task ``h`` moved from ``g``, which must be onto one of the type windows."""
+        diff = [t for t, _ in g.layouts
+                if (h.layout(t), h.offset(t)) != (g.layout(t), g.offset(t))]
+        assert len(diff) == 1 and h.order == g.order
+        t = diff[0]
+        assert (h.offset(t), math.prod(h.layout(t)[:3])) in windows
+        return t
+
+    first = p.kicks.kicked(ev, g)  # a window: every move priced now
+    moved(first)
+    priced = ev.evaluations
+    assert priced == len(p.kicks.windows) + 1 >= 2
+    f_first = arm.fitness(ev, first)
+    assert all(arm.fitness(ev, h) >= f_first for h in p.kicks.windows)
+    assert p.kicks.kicked(ev, g).order != g.order  # an order
+    before = len(moves)
+    assert p.kicks.kicked(ev, g) == g and len(moves) - before == 2  # random moves
+    left = list(p.kicks.windows)
+    count = ev.evaluations
+    assert p.kicks.kicked(ev, g) == left[0] and ev.evaluations == count  # the next, not priced again
+    with pytest.raises(SpecError, match="kick_windows"):
+        SHAOptions.from_flat(kick_moves=0, kick_windows=True)
 
 
 class _FakeArm:
