@@ -182,8 +182,8 @@ class PolishOptions:
     #: iterated local search: a converged pass restarts from the best after this many moves
     #: (0: no further passes)
     kick_moves: int = 3
-    #: every other kick reorders each group's type blocks (the next order of its GPU types
-    #: not yet tried) instead of making random moves
+    #: kicks also reorder each group's type blocks (the next order of its GPU types not yet
+    #: tried), taking turns with the other kinds of kick
     kick_orders: bool = True
     #: kicks also move one task onto a type window of its group (the best-priced such move
     #: not yet tried), taking turns with the other kinds of kick
