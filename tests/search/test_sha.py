@@ -657,6 +657,9 @@ def test_window_kicks_move_one_task_onto_a_type_window_best_priced_first(small_w
     left = list(p.kicks.windows)
     count = ev.evaluations
     assert p.kicks.kicked(ev, g) == left[0] and ev.evaluations == count  # the next, not priced again
+    p.kicks.new_best()  # (a pass ended below the best): every window is new again, priced again
+    p.kicks.count = 0
+    assert p.kicks.kicked(ev, g) == first and ev.evaluations == count + priced
     with pytest.raises(SpecError, match="kick_windows"):
         SHAOptions.from_flat(kick_moves=0, kick_windows=True)
 
