@@ -60,7 +60,7 @@ class Kicks:
 
     def window_kick(self, ev: Evaluator, g: Genotype) -> Genotype | None:
         """The next of ``g``'s tasks moved alone onto a type window of its group
-        (:meth:`Polisher.type_windows`) it is not on, its layout a first guess there: every such
+        (:meth:`Polisher._window_runs`) it is not on, its layout a first guess there: every such
         move is priced once (one evaluation each) when the first is asked for, and they come
         best-priced first, each once; None when none is left. A pass from such a start splits
         and sweeps from another base, which can lead where no pass from the local optimum
@@ -68,14 +68,9 @@ class Kicks:
         p = self.polisher
         if self.windows is None:
             moves = []
-            for t, _ in g.layouts:
-                for off, m in p.type_windows(g, p.space.group_of[t]):
-                    opts = p.space.sub_by_used[t].get(m)
-                    if not opts:
-                        continue
-                    h = g.with_offset(t, off)
-                    h = h.with_layout(t, p.moves.first_guess(t, opts, h, off))
-                    if h != g:
-                        moves.append((p.arm.fitness(ev, h), len(moves), h))
+            for t, _ in g.layouts:  # the moves the pass's type-window screen builds
+                for run in p._window_runs(t, g):
+                    if run.genotype != g:
+                        moves.append((p.arm.fitness(ev, run.genotype), len(moves), run.genotype))
             self.windows = [h for _, _, h in sorted(moves, key=lambda x: x[:2])]
         return self.windows.pop(0) if self.windows else None
