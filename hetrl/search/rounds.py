@@ -84,8 +84,8 @@ def job_cap(arms: list[Arm], budget: float, halve: bool) -> int:
 
 
 def level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
-                model: CostModel | None = None, cap: int | None = None,
-                objective: Objective = TIME) -> dict[str, Any]:
+               model: CostModel | None = None, cap: int | None = None,
+               objective: Objective = TIME) -> dict[str, Any]:
     """Run one task grouping's inner halving with its own evaluation budget (so the result does
     not depend on where or in which order jobs run) and report what it found. ``cap`` bounds
     its evaluations (the global budget's remainder allotted to this job)."""
@@ -148,14 +148,12 @@ class RoundRunner:
         caps = self._caps(jobs)
         left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
         if self.pool is None:
-            results = []
             for (l1, budget), cap in zip(jobs, caps, strict=True):
                 if ev.exhausted() or self.past_deadline():
                     break
                 left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
-                results.append(level1_job(l1.arms, budget, halve, left, ev.model, cap,
+                self._merge(l1, level1_job(l1.arms, budget, halve, left, ev.model, cap,
                                            ev.objective))
-                self._merge(l1, results[-1])
             return
         futures = [self.pool.submit(level1_job, l1.arms, budget, halve, left, None, cap,
                                     ev.objective)

@@ -161,7 +161,7 @@ class _SHABase(Scheduler):
         # every grouping starts with one arm, its GPUs split evenly (more arms are added to the
         # groupings that enter the halving, as the budget allows)
         level1 = [Level1(g, [warm if warm is not None and g == warm.groups
-                              else make_arm(g, sample_sizes(n, len(g), 1, rng)[0])], self.halve)
+                             else make_arm(g, sample_sizes(n, len(g), 1, rng)[0])], self.halve)
                   for g in groupings]
         by_grouping = {l1.grouping: l1 for l1 in level1}
         info: dict[str, Any] = {}
@@ -206,8 +206,8 @@ class _SHABase(Scheduler):
         # evaluation count derived from the warm-up can overestimate the rate, and the final
         # phase (three best arms, polish) must not be cut off by the clock.
         seconds = ev.budget.seconds
-        runner = RoundRunner(ev, ev.budget.workers,
-                         None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds))
+        deadline = None if seconds is None else max(ev.elapsed(), (1 - exploit) * seconds)
+        runner = RoundRunner(ev, ev.budget.workers, deadline)
         completed, round_start = 0, (ev.elapsed(), ev.evaluations)
         try:
             for r in range(rounds):
