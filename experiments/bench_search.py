@@ -301,8 +301,9 @@ def section_convergence(args, rows: list[Row]) -> None:
 
 def _figure_setup() -> tuple[tuple[str, ...], int, tuple[int, ...]]:
     """Section (f)'s jobs, as fig3 defines its default mode: its scenarios (each with Qwen3-8B
-    PPO and GRPO, sync and async), its batch (prompts), and the budgets: 3,000 evaluations (the
-    default until 2026-12-06), the default mode's and --full's."""
+    PPO and GRPO, sync and async), its batch (prompts), and the budgets: 3,000 and 10,000
+    evaluations (the default mode's earlier budgets), the default mode's and --full's (each
+    once)."""
     root = str(Path(__file__).resolve().parents[1])
     if root not in sys.path:  # (run as a script: experiments/ is not a package on the path)
         sys.path.insert(0, root)
@@ -311,7 +312,7 @@ def _figure_setup() -> tuple[tuple[str, ...], int, tuple[int, ...]]:
     from experiments.framework import Config
 
     return (fig3.SCENARIOS, batch_for(Config("default")),
-            (3_000, fig3.EVALUATIONS["default"], fig3.EVALUATIONS["full"]))
+            tuple(sorted({3_000, 10_000, fig3.EVALUATIONS["default"], fig3.EVALUATIONS["full"]})))
 
 
 def _figure_job(workload: str, cluster: str, batch: int, evals: int, seed: int

@@ -27,10 +27,10 @@ from experiments.framework import Config, Figure, register
 
 SCENARIOS = ("single-region", "multi-region-hybrid", "multi-country", "multi-continent")
 #: Cost-model evaluations per plan search (every system the same), by mode.
-EVALUATIONS = {"quick": 60, "default": 10000, "full": 30000}
+EVALUATIONS = {"quick": 60, "default": 30000, "full": 30000}
 #: Seeds per cell, at least (``--seeds`` asks for more): each seed searches and simulates anew;
 #: the bars are the mean over seeds, the error bars the min-max.
-SEEDS = {"quick": 2, "default": 3, "full": 3}
+SEEDS = {"quick": 2, "default": 2, "full": 3}
 VALUE = "throughput_samples_per_s"
 #: (label, mode, baseline, key in paper.FIG3)
 COMPARISONS = (("sync, HetRL / verl", "sync", "verl", "sync_vs_verl"),

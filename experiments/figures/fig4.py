@@ -29,7 +29,7 @@ from hetrl.plan import unbalanced
 from hetrl.spec.presets import cluster_preset
 
 #: Cost-model evaluations per plan search (both arms the same), by mode.
-EVALUATIONS = {"quick": 60, "default": 10000, "full": 30000}
+EVALUATIONS = {"quick": 60, "default": 30000, "full": 30000}
 #: Seeds per cell, at least (``--seeds`` asks for more).
 SEEDS = {"quick": 1, "default": 1, "full": 3}
 VALUE = "throughput_samples_per_s"
