@@ -26,10 +26,10 @@ from experiments.framework import Config, Figure, register
 CLUSTERS = {"24 A100": "paper24-a100-single-region", "24 A100 + 24 L40S": "paper48-a100-l40s-single-region",
             "all 64": "paper64-single-region"}
 #: Cost-model evaluations per plan search (both systems the same), by mode.
-EVALUATIONS = {"quick": 60, "default": 10000, "full": 30000}
+EVALUATIONS = {"quick": 60, "default": 30000, "full": 30000}
 #: Seeds per cell, at least (``--seeds`` asks for more): each seed searches and simulates anew;
 #: the bars are the mean over seeds, the error bars the min-max.
-SEEDS = {"quick": 2, "default": 3, "full": 3}
+SEEDS = {"quick": 2, "default": 2, "full": 3}
 VALUE = "throughput_samples_per_s"
 
 
