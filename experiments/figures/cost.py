@@ -32,7 +32,7 @@ class CostFigure(Figure):
     title = "Seconds per iteration vs dollars per 1k samples (on-demand AWS prices)"
 
     def cells(self, config: Config) -> list[dict[str, Any]]:
-        evals = config.pick(60, 300, 1500)
+        evals = config.pick(60, 1500, 1500)
         scenarios = config.pick(SCENARIOS[::3], SCENARIOS, SCENARIOS)
         points = [{"system": "hetrl", "label": f"HetRL ({label})", "objective": obj, "cap": cap}
                   for label, obj, cap in HETRL_POINTS]

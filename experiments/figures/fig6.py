@@ -29,7 +29,7 @@ class Fig6(Figure):
             [(cl, wl) for cl in CLUSTERS for wl in ("qwen3-4b-grpo-sync", "qwen3-8b-ppo-sync",
                                                     "qwen3-8b-grpo-async")])
         ilp_s = config.pick(20.0, 60.0, 180.0)
-        sha_evals = config.pick(300, 3000, 10000)
+        sha_evals = config.pick(300, 10000, 10000)
         out = []
         for cl, wl in instances:
             out.append({"cluster": cl, "workload": wl, "scheduler": "ilp", "seconds": ilp_s, "seed": 0})
