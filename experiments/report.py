@@ -55,7 +55,7 @@ def write_readme(registry: dict[str, Figure], tables: dict[str, pd.DataFrame], c
         "fig4 and fig10 (the `--full` budget), fig3 and fig10 on two seeds -- 10,000 and three "
         "seeds until 2026-12-06 (3,000 in fig3 and fig4 before the polish's task moves were "
         "screened by window, docs/search.md); a third seed at 30,000 does not fit 15 minutes "
-        "on 2 cores -- and that is not proof of convergence. On fig3's 16 "
+        "on 2 cores (`--seeds 3` takes it) -- and that is not proof of convergence. On fig3's 16 "
         "HetRL jobs at this batch (`experiments/bench_search.py --only figures`, seed 0; "
         "docs/search.md, \"Budgets and convergence\"), against the best of 3,000, 10,000 and "
         "30,000 evaluations, 30,000 are 0.2% above it on average (geometric mean) and within 1% "
