@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
+from hetrl.search.options import PolishOptions
 
 if TYPE_CHECKING:
     from hetrl.search.polish import Polisher
@@ -22,13 +23,17 @@ class Kicks:
 
     def __init__(self, polisher: Polisher):
         self.polisher = polisher
-        self.options = polisher.options
         #: kicks so far, and type-block orders tried since the best last improved
         self.count = 0
         self.orders_tried = 0
         #: the type-window moves not yet tried since the best last improved, best-priced first
         #: (None: not priced yet)
         self.windows: list[Genotype] | None = None
+
+    @property
+    def options(self) -> PolishOptions:
+        """The polisher's options (``kick_*``)."""
+        return self.polisher.options
 
     def new_best(self) -> None:
         """The arm's best improved: every type order and type window is new to it."""

@@ -146,20 +146,23 @@ class RoundRunner:
     def run(self, jobs: list[tuple[Level1, float]], halve: bool) -> None:
         ev = self.ev
         caps = self._caps(jobs)
-        left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
         if self.pool is None:
             for (l1, budget), cap in zip(jobs, caps, strict=True):
                 if ev.exhausted() or self.past_deadline():
                     break
-                left = None if self.deadline is None else max(self.deadline - ev.elapsed(), 1e-6)
-                self._merge(l1, level1_job(l1.arms, budget, halve, left, ev.model, cap,
-                                           ev.objective))
+                self._merge(l1, level1_job(l1.arms, budget, halve, self.seconds_left(),
+                                           ev.model, cap, ev.objective))
             return
+        left = self.seconds_left()  # (every pooled job starts now)
         futures = [self.pool.submit(level1_job, l1.arms, budget, halve, left, None, cap,
                                     ev.objective)
                    for (l1, budget), cap in zip(jobs, caps, strict=True)]
         for (l1, _), fut in zip(jobs, futures, strict=True):
             self._merge(l1, fut.result())
+
+    def seconds_left(self) -> float | None:
+        """Seconds from now to the rounds' deadline (at least a microsecond), None without one."""
+        return None if self.deadline is None else max(self.deadline - self.ev.elapsed(), 1e-6)
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and self.ev.elapsed() >= self.deadline
