@@ -118,9 +118,28 @@ def rank_main(rank: int, mode: str, port: int, out: Path, quick: bool, seed: int
     two = MegatronTrainer("actor", spec, seed, device, cfg, grid=tp2, device_id=rank, groups=groups)
     start2 = digest(two.state_dict())
     stats2, step2_s = _step(two, micro, scales, device)
-    if rank != 0:
-        return {}
-    one = MegatronTrainer("actor", spec, seed, device, cfg, grid=tp1, device_id=0, groups=groups)
+    res = {}
+    if rank == 0:
+        one = MegatronTrainer("actor", spec, seed, device, cfg, grid=tp1, device_id=0,
+                              groups=groups)
+        res = _against_tp1(mode, device, spec, cfg, micro, scales, two, one, start2, stats2,
+                           step2_s)
+    # both ranks leave together, the group destroyed: a rank that exits while the other still
+    # holds the process group can abort in gloo's teardown ("terminate called without an
+    # active exception", exit status -6; seen once in a CI run on 2 cores)
+    dist.barrier()
+    dist.destroy_process_group()
+    return res
+
+
+def _against_tp1(mode: str, device: str, spec: Any, cfg: Any, micro: list[Any],
+                 scales: list[float], two: Any, one: Any, start2: str, stats2: dict,
+                 step2_s: float) -> dict[str, Any]:
+    """Rank 0's comparison: the tp = 1 trainer ``one`` stepped on the same micro-batches,
+    against the tp = 2 trainer ``two`` (its start digest, loss statistics and step seconds)."""
+    from real.worker import digest
+
+    kind = device.split(":")[0]
     same_start = start2 == digest(one.state_dict())
     stats1, step1_s = _step(one, micro, scales, device)
     tol = TOLERANCE[kind]
