@@ -32,6 +32,9 @@ def _estimate_args(p: argparse.ArgumentParser) -> None:
                    help="pipeline-parallel size for --colocate (default 1)")
     p.add_argument("--dp", type=positive_int("--dp"), default=None,
                    help="data-parallel size for --colocate (default: devices / (tp*pp))")
+    p.add_argument("--ep", type=positive_int("--ep"), default=1,
+                   help="expert-parallel size for --colocate, for the tasks whose model has "
+                        "experts (default 1; it divides dp and the experts)")
     p.add_argument("--params", help="cost-model parameters YAML (e.g. from `hetrl calibrate`)")
     p.add_argument("--save-plan", type=output_path("--save-plan"),
                    help="with --colocate: also write the built plan to this file")
@@ -192,15 +195,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.colocate:
         if args.allow_mismatch:
             raise HetrlError("--allow-mismatch goes with --plan")
-        plan = stamped(colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp),
-                       args, workload, cluster)
+        plan = stamped(colocated_plan(workload, cluster, tp=args.tp, pp=args.pp, dp=args.dp,
+                                      ep=args.ep), args, workload, cluster)
         if args.save_plan:
             save_plan(plan, args.save_plan, "--save-plan")
     else:
         if args.save_plan:
             raise HetrlError("--save-plan goes with --colocate")
-        if args.tp != 1 or args.pp != 1 or args.dp is not None:
-            raise HetrlError("--tp, --pp and --dp go with --colocate (a --plan has its layouts)")
+        if args.tp != 1 or args.pp != 1 or args.dp is not None or args.ep != 1:
+            raise HetrlError("--tp, --pp, --dp and --ep go with --colocate (a --plan has its "
+                             "layouts)")
         plan = load_plan_for(args, workload, cluster)
     from hetrl.cost.band import estimate_band, is_colocated
     from hetrl.cost.details import tasks_detail

@@ -27,9 +27,8 @@ MAX_NODES = 512
 #: Regions in one cluster, and so at most 64 * 63 / 2 = 2016 ``region_links`` (one per pair).
 MAX_REGIONS = 64
 MAX_REGION_LINKS = MAX_REGIONS * (MAX_REGIONS - 1) // 2
-#: GPUs in one node (the largest NVLink domains are 72; no node has more than 64 of one type
-#: here).
-MAX_GPUS_PER_NODE = 64
+#: GPUs in one node (a node is an NVLink domain; the largest, GB200 NVL72, has 72).
+MAX_GPUS_PER_NODE = 72
 
 # --- workloads ---------------------------------------------------------------------------------
 #: Prompts per iteration.

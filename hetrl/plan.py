@@ -3,7 +3,8 @@
 Levels of the HetRL search space, as stored here:
 - level 1: ``groups[*].tasks`` -- which tasks share one set of GPUs (their models co-located);
 - levels 2-3: ``groups[*].devices`` -- the group's concrete GPUs;
-- level 4: per task ``dp``, ``pp``, ``tp`` and ``layers_per_stage``;
+- level 4: per task ``dp``, ``pp``, ``tp``, ``ep`` (expert parallelism, mixture-of-experts
+  models) and ``layers_per_stage``;
 - level 5: per task ``devices[replica][stage][tp_rank]`` -- the tasklet-to-device map;
 - load balancing: per task ``data_weights`` (a replica's share of the batch is its weight over the
   sum) and uneven ``layers_per_stage``.
@@ -68,7 +69,14 @@ class TaskPlacement:
     (and backward) and its gradients reduce-scattered, per micro-batch (pp = tp = 1).
     ``offload`` (inference and training tasks): parameters, gradients and optimizer states live
     in host memory between the task's calls (verl's param_offload + optimizer_offload, for its
-    FSDP and Megatron workers alike)."""
+    FSDP and Megatron workers alike).
+    ``ep`` (mixture-of-experts models): expert parallelism. Each run of ``ep`` consecutive
+    replicas is one expert-parallel group: its replicas hold experts / ep of each MoE layer's
+    routed experts each (sliced over tp) and exchange tokens with all-to-alls; the other weights
+    are replicated as in data parallelism (Megatron's ``expert_model_parallel_size``, carved out
+    of the data-parallel ranks; for generation vLLM's expert parallelism with data-parallel
+    attention). Expert gradients are reduced over the ``dp / ep`` replicas that hold the same
+    experts. ep divides dp and the model's experts."""
 
     task: str
     dp: int
@@ -79,12 +87,13 @@ class TaskPlacement:
     data_weights: tuple[float, ...]
     backend: str = "megatron"
     offload: bool = False
+    ep: int = 1
 
     def __hash__(self) -> int:  # placements key the cost model's caches: hash once
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.task, self.dp, self.pp, self.tp, self.devices, self.layers_per_stage,
-                      self.data_weights, self.backend, self.offload))
+                      self.data_weights, self.backend, self.offload, self.ep))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -129,6 +138,7 @@ class TaskPlacement:
             "dp": self.dp,
             "pp": self.pp,
             "tp": self.tp,
+            **({"ep": self.ep} if self.ep != 1 else {}),
             "devices": [[list(stage) for stage in replica] for replica in self.devices],
             "layers_per_stage": list(self.layers_per_stage),
             "data_weights": list(self.data_weights),
@@ -144,7 +154,7 @@ class TaskPlacement:
         for key in data:
             require(key in known, f"{field_name}.{key}", data[key],
                     f"unknown key; known keys: {sorted(known)}")
-        for key in known - {"backend", "offload"}:
+        for key in known - {"backend", "offload", "ep"}:
             require(key in data, f"{field_name}.{key}", None, "is required")
         grid = data["devices"]
         require(_is_grid(grid), f"{field_name}.devices", grid,
@@ -165,6 +175,7 @@ class TaskPlacement:
             data_weights=tuple(float(w) for w in data["data_weights"]),
             backend=one_of(f"{field_name}.backend", data.get("backend", "megatron"), BACKENDS),
             offload=boolean(f"{field_name}.offload", data.get("offload", False)),
+            ep=data.get("ep", 1),
         )
 
 
@@ -308,6 +319,20 @@ def validate_layout(model: ModelShape, tp: int, pp: int, field_name: str) -> Non
             f"must be <= {model.name}'s {model.layers} layers")
 
 
+def validate_expert_parallel(model: ModelShape, ep: int, dp: int, field_name: str) -> None:
+    """ep: 1 for a dense model; for a mixture-of-experts one it divides the routed experts (each
+    rank holds whole experts) and dp (an expert-parallel group is ep whole replicas)."""
+    require(is_int(ep) and ep >= 1, f"{field_name}.ep", ep, "must be an integer >= 1")
+    if ep == 1:
+        return
+    require(model.moe is not None, f"{field_name}.ep", ep,
+            f"must be 1: {model.name} is dense (no experts to split)")
+    require(model.moe.experts % ep == 0, f"{field_name}.ep", ep,
+            f"must divide {model.name}'s {model.moe.experts} experts")
+    require(dp % ep == 0, f"{field_name}.ep", ep,
+            f"must divide dp = {dp} (an expert-parallel group is ep whole data-parallel replicas)")
+
+
 def validate(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> None:
     """Raise :class:`SpecError` naming the first field of ``plan`` that does not fit."""
     tasks = workload.task_names
@@ -370,11 +395,23 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
     require(not p.offload or workload.task(p.task).kind != "generation", f"{f}.offload",
             p.offload, "offload is an option of inference and training tasks (the rollout "
             "engine's sleep mode frees its memory instead)")
-    for key in ("dp", "pp", "tp"):
+    for key in ("dp", "pp", "tp", "ep"):
         value = getattr(p, key)
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                 f"{f}.{key}", value, "must be an integer >= 1")
     validate_layout(model, p.tp, p.pp, f)
+    validate_expert_parallel(model, p.ep, p.dp, f)
+    require(p.ep == 1 or p.backend == "megatron", f"{f}.ep", p.ep,
+            "expert parallelism needs the megatron backend (fsdp shards over data parallelism "
+            "only)")
+    if workload.fp8_for(workload.task(p.task).kind):
+        for d in p.device_ids:
+            if 0 <= d < cluster.num_devices and not cluster.devices[d].gpu.has_fp8:
+                gpu = cluster.devices[d].gpu.name
+                raise SpecError(f"{f}.devices", d,
+                                f"{p.task} runs in FP8 ({fp8_setting(workload, p.task)}) but "
+                                f"device {d} is a {gpu}, which has no FP8 tensor cores "
+                                "(fp8_tflops 0 in the GPU table)")
     require(len(p.devices) == p.dp, f"{f}.devices", len(p.devices),
             f"must list dp = {p.dp} replicas")
     for i, replica in enumerate(p.devices):
@@ -419,10 +456,17 @@ def even_layers(layers: int, pp: int) -> tuple[int, ...]:
     return (base + 1,) * extra + (base,) * (pp - extra)
 
 
+def fp8_setting(workload: WorkloadSpec, task: str) -> str:
+    """The workload key that puts ``task`` in FP8 (for messages)."""
+    if workload.task(task).kind == "generation" and workload.gen_precision == "fp8":
+        return "gen_precision: fp8"
+    return "precision: fp8"
+
+
 def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int, layers: int,
                    data_weights: Sequence[float] | None = None,
                    layers_per_stage: Sequence[int] | None = None, backend: str = "megatron",
-                   offload: bool = False) -> TaskPlacement:
+                   offload: bool = False, ep: int = 1) -> TaskPlacement:
     """Lay ``devices`` out replica-major, stage, then tp rank (tp innermost, so a tp group takes
     consecutive devices, usually inside one node)."""
     require(len(devices) == dp * pp * tp, "devices", len(devices),
@@ -434,16 +478,17 @@ def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int,
         task=task, dp=dp, pp=pp, tp=tp, devices=grid,
         layers_per_stage=tuple(layers_per_stage) if layers_per_stage else even_layers(layers, pp),
         data_weights=tuple(float(w) for w in data_weights) if data_weights else (1.0,) * dp,
-        backend=backend, offload=offload,
+        backend=backend, offload=offload, ep=ep,
     )
 
 
 def colocated_plan(workload: WorkloadSpec, cluster: ClusterSpec, tp: int = 1, pp: int = 1,
                    dp: int | None = None, devices: Sequence[int] | None = None,
-                   scheduler: str = "colocate") -> Plan:
+                   scheduler: str = "colocate", ep: int = 1) -> Plan:
     """All tasks in one group on ``devices`` (default: all), every task with the same layout.
 
-    ``dp`` defaults to len(devices) / (tp * pp).
+    ``dp`` defaults to len(devices) / (tp * pp). ``ep``: the expert parallelism of every task
+    whose model has experts (dense models' tasks keep 1).
     """
     ids = list(devices) if devices is not None else list(range(cluster.num_devices))
     if dp is None:
@@ -456,7 +501,9 @@ def colocated_plan(workload: WorkloadSpec, cluster: ClusterSpec, tp: int = 1, pp
     for t in workload.tasks:
         model = workload.model(t.role)
         validate_layout(model, tp, pp, f"placements[{t.name}]")
-        placements.append(make_placement(t.name, ids, dp, pp, tp, model.layers))
+        task_ep = ep if model.moe is not None else 1
+        validate_expert_parallel(model, task_ep, dp, f"placements[{t.name}]")
+        placements.append(make_placement(t.name, ids, dp, pp, tp, model.layers, ep=task_ep))
     plan = Plan((TaskGroup(workload.task_names, tuple(ids)),), tuple(placements),
                 Provenance(scheduler=scheduler), made_for=made_for(workload, cluster))
     validate(plan, workload, cluster)

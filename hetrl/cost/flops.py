@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+import numpy as np
+
 from hetrl.spec.model import ModelShape
 
 #: Roles whose model ends in a vocabulary head (log-probs); reward and critic end in a scalar head.
@@ -24,6 +26,15 @@ class StageShape:
 
     All quantities are per tensor-parallel rank: FLOPs per token (forward), bytes of weights, KV
     bytes per token, attention FLOPs per token per context token.
+
+    Mixture of experts (``model.moe``): ``moe_layers`` of the stage's layers are MoE layers;
+    their routed experts are split over ``ep`` expert-parallel ranks (each holds experts / ep of
+    them, sliced over tp), the rest of the weights over tp alone. A token's FLOPs count the
+    ``top_k`` experts it uses, times ``expert_load`` (the busiest expert-parallel rank's load
+    over the mean: ``CostParams.moe_load_imbalance`` where ep > 1, else 1). ``fp8_weights``:
+    weights and KV cache held in one byte per value (FP8 rollouts; activations stay at
+    ``bytes_per_value``); ``fp8_matmul``: matmuls at the GPU's FP8 peak (FP8 rollouts, and
+    Megatron's FP8 recipe, whose master weights stay BF16).
     """
 
     model: ModelShape
@@ -33,12 +44,18 @@ class StageShape:
     last: bool
     lm_head: bool
     bytes_per_value: int
+    moe_layers: int = 0
+    ep: int = 1
+    expert_load: float = 1.0
+    fp8_weights: bool = False
+    fp8_matmul: bool = False
 
     def __hash__(self) -> int:  # hashed in every per-replica cache key: compute once
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.model, self.layers, self.tp, self.first, self.last, self.lm_head,
-                      self.bytes_per_value))
+                      self.bytes_per_value, self.moe_layers, self.ep, self.expert_load,
+                      self.fp8_weights, self.fp8_matmul))
             self.__dict__["_hash"] = h
         return h
 
@@ -47,9 +64,16 @@ class StageShape:
 
     @cached_property
     def params(self) -> float:
-        """Parameters held by one rank of this stage."""
+        """Parameters held by one rank of this stage (its share of the experts included)."""
         m = self.model
-        p = self.layers * m.params_per_layer
+        if m.moe is None:
+            p = self.layers * m.params_per_layer
+        else:
+            dense = m.attn_params_per_layer + m.mlp_params_per_layer + 2 * m.hidden
+            n = self.moe_layers
+            p = (self.layers - n) * dense + n * m.moe_layer_replicated_params
+            experts = n * m.expert_params_per_layer
+            p += experts if self.ep == 1 else experts / self.ep
         if self.first:
             p += m.vocab * m.hidden
         if self.last:
@@ -61,14 +85,57 @@ class StageShape:
         return p / self.tp
 
     @cached_property
+    def expert_params(self) -> float:
+        """The routed experts' parameters held by one rank (0 for a dense model)."""
+        return self.moe_layers * self.model.expert_params_per_layer / self.ep / self.tp
+
+    @property
+    def weight_bytes_per_value(self) -> int:
+        """Bytes per stored weight or KV value: 1 in FP8, else :attr:`bytes_per_value`."""
+        return 1 if self.fp8_weights else self.bytes_per_value
+
+    @cached_property
     def weight_bytes(self) -> float:
-        return self.params * self.bytes_per_value
+        return self.params * self.weight_bytes_per_value
+
+    @cached_property
+    def expert_weight_bytes(self) -> float:
+        """The part of :attr:`weight_bytes` in routed experts."""
+        return self.expert_params * self.weight_bytes_per_value
+
+    @cached_property
+    def experts_touched_vary(self) -> bool:
+        """Whether a decode step reads only the experts its tokens use (top_k < experts);
+        otherwise every step reads all of :attr:`weight_bytes`."""
+        moe = self.model.moe
+        return moe is not None and self.moe_layers > 0 and moe.top_k < moe.experts
+
+    def decode_weight_bytes(self, batch: float | np.ndarray) -> float | np.ndarray:
+        """Weight bytes one rank reads in a decode step of ``batch`` sequences per replica: all
+        but the routed experts, and each expert the step's tokens use. The ``ep`` replicas of an
+        expert-parallel group decode ``ep`` x ``batch`` tokens together; with top_k of E experts
+        chosen per token (uniformly, independently between tokens) an expert is used with
+        probability 1 - (1 - top_k / E)^(ep x batch)."""
+        if not self.experts_touched_vary:
+            return self.weight_bytes
+        moe = self.model.moe
+        used = 1.0 - (1.0 - moe.top_k / moe.experts) ** (self.ep * np.asarray(batch, dtype=float))
+        return self.weight_bytes - self.expert_weight_bytes * (1.0 - used)
 
     @cached_property
     def matmul_flops_per_token(self) -> float:
-        """Forward FLOPs per token of the dense matmuls (no attention scores, no embedding look-up)."""
+        """Forward FLOPs per token of the dense matmuls (no attention scores, no embedding
+        look-up); in MoE layers the router, the shared experts and the top_k routed experts a
+        token uses, at the busiest expert-parallel rank's load."""
         m = self.model
-        f = 2.0 * self.layers * (m.attn_params_per_layer + m.mlp_params_per_layer) / self.tp
+        if m.moe is None:
+            f = 2.0 * self.layers * (m.attn_params_per_layer + m.mlp_params_per_layer) / self.tp
+        else:
+            moe, n = m.moe, self.moe_layers
+            routed = self.expert_load * moe.top_k * 3 * m.hidden * moe.expert_ffn
+            f = 2.0 * ((self.layers - n) * (m.attn_params_per_layer + m.mlp_params_per_layer)
+                       + n * (m.attn_params_per_layer + moe.router_params(m.hidden)
+                              + 3 * m.hidden * moe.shared_width + routed)) / self.tp
         return f + self.head_flops_per_token
 
     @cached_property
@@ -84,14 +151,29 @@ class StageShape:
     def attn_flops_per_token_ctx(self) -> float:
         """Forward attention-score FLOPs per token per token of context."""
         m = self.model
+        if m.mla is not None:  # QK^T over (nope + rope) dims, AV over v_head_dim
+            return 2.0 * self.layers * m.heads * (m.head_dim + m.mla.rope_dim
+                                                  + m.mla.v_head_dim) / self.tp
         return 4.0 * self.layers * m.heads * m.head_dim / self.tp
 
     @cached_property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token held by one rank (KV heads replicate when tp > kv_heads)."""
+        """KV-cache bytes per token held by one rank (KV heads replicate when tp > kv_heads;
+        MLA's latent is replicated on every rank)."""
         m = self.model
+        if m.mla is not None:
+            return float(self.layers * m.mla.kv_values_per_token_layer
+                         * self.weight_bytes_per_value)
         kv_heads = max(m.kv_heads / self.tp, 1.0)
-        return 2.0 * self.layers * kv_heads * m.head_dim * self.bytes_per_value
+        return 2.0 * self.layers * kv_heads * m.head_dim * self.weight_bytes_per_value
+
+    def peak_flops(self, hw: object) -> float:
+        """The FLOP/s peak this stage's matmuls run at on stage hardware ``hw``
+        (:class:`~hetrl.cost.replica.StageHW`): its FP8 peak with ``fp8_matmul`` (the bf16 one
+        on a type without FP8 units, where the plan is refused anyway), else its bf16 peak."""
+        if self.fp8_matmul and hw.fp8_flops > 0:
+            return hw.fp8_flops
+        return hw.flops
 
     def activation_bytes(self, tokens: float, recompute: bool, act_coeff: float) -> float:
         """Stored activations of ``tokens`` tokens through this stage for the backward pass.
@@ -99,7 +181,15 @@ class StageShape:
         34 = attention 11 + MLP 19 for a 4h GeLU MLP + norms 4); the MLP's part is replaced by a
         SwiGLU MLP's of width ffn (see :func:`activation_coeff`). Full recomputation keeps only
         each layer's input (2 bytes)."""
-        coeff = 2.0 if recompute else activation_coeff(self.model, act_coeff)
+        if recompute:
+            coeff = 2.0
+        elif self.model.moe is None:
+            coeff = activation_coeff(self.model, act_coeff)
+        else:  # dense and MoE layers' coefficients, averaged over the stage's layers
+            n = self.moe_layers
+            coeff = ((self.layers - n) * activation_coeff(self.model, act_coeff)
+                     + n * moe_activation_coeff(self.model, act_coeff, self.expert_load)
+                     ) / self.layers
         return self.layers * coeff * tokens * self.model.hidden / self.tp
 
     def logits_bytes(self, tokens: float) -> float:
@@ -123,13 +213,30 @@ def activation_coeff(model: ModelShape, act_coeff: float) -> float:
     return act_coeff - GPT_MLP_BYTES + 2.0 + 6.0 * model.ffn / model.hidden
 
 
+def moe_activation_coeff(model: ModelShape, act_coeff: float, load: float = 1.0) -> float:
+    """:func:`activation_coeff` of an MoE layer: its MLP part is the router's input (2 h bytes)
+    and each of a token's top_k routed experts' (at the busiest rank's ``load``) and the
+    shared experts' SwiGLU tensors (6 bytes per unit of width)."""
+    moe = model.moe
+    assert moe is not None
+    width = load * moe.top_k * moe.expert_ffn + moe.shared_width
+    return act_coeff - GPT_MLP_BYTES + 2.0 + 6.0 * width / model.hidden
+
+
 @lru_cache(maxsize=4096)
 def stage_shapes(model: ModelShape, layers_per_stage: tuple[int, ...], tp: int, lm_head: bool,
-                 bytes_per_value: int) -> tuple[StageShape, ...]:
+                 bytes_per_value: int, ep: int = 1, expert_load: float = 1.0,
+                 fp8_weights: bool = False, fp8_matmul: bool = False
+                 ) -> tuple[StageShape, ...]:
     """The stages of one layout (memoised: a pure function of the model, shared by every
-    CostModel, so each stage's derived sizes are computed once)."""
+    CostModel, so each stage's derived sizes are computed once). ``ep``, ``expert_load`` and
+    the FP8 flags: see :class:`StageShape` (``expert_load`` counts only where ep > 1)."""
     pp = len(layers_per_stage)
-    return tuple(
-        StageShape(model, n, tp, j == 0, j == pp - 1, lm_head, bytes_per_value)
-        for j, n in enumerate(layers_per_stage)
-    )
+    load = expert_load if ep > 1 else 1.0
+    out, lo = [], 0
+    for j, n in enumerate(layers_per_stage):
+        out.append(StageShape(model, n, tp, j == 0, j == pp - 1, lm_head, bytes_per_value,
+                              model.moe_layers_in(lo, lo + n), ep, load, fp8_weights,
+                              fp8_matmul))
+        lo += n
+    return tuple(out)

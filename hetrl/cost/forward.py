@@ -40,8 +40,10 @@ def dp_optimizer_step_seconds(cluster: ClusterSpec, p: TaskPlacement,
     parameters' all-gather over each DP group (ZeRO-1), and the Adam step streaming each rank's
     shard (:func:`hetrl.cost.kernels.dp_optimizer_seconds`). ``grad_bytes`` per parameter
     reduced (default ``params.grad_bytes``; 0: the weights' all-gather alone, as FSDP's second
-    one). The cluster's device efficiencies and the shapes' parameter counts are memoised per
-    cluster and per shapes (pure functions of them)."""
+    one). With expert parallelism (ep > 1) the routed experts' gradients go over the expert
+    data-parallel groups (dp / ep replicas each) and their optimizer shards over those. The
+    cluster's device efficiencies and the shapes' parameter counts are memoised per cluster and
+    per shapes (pure functions of them)."""
     topo = cluster.topology
     hbm_eff, link_eff = topology_memoised(
         cluster, "dp_efficiency", params, lambda: (device_efficiency(cluster, params, "hbm"),
@@ -51,12 +53,30 @@ def dp_optimizer_step_seconds(cluster: ClusterSpec, p: TaskPlacement,
         stage_params = np.array([sh.params for sh in shapes], dtype=float)
         stage_params.setflags(write=False)
         STAGE_PARAMS.put(shapes, stage_params)
-    dp_s, opt_s = dp_optimizer_seconds(
-        p.device_array.reshape(p.dp, p.pp, p.tp), stage_params,
-        float(params.grad_bytes if grad_bytes is None else grad_bytes), float(bytes_per_value),
-        float(params.optimizer_step_hbm_bytes), topo.hbm_Bps, hbm_eff, link_eff, topo.latency_s,
-        topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
-    return float(dp_s), float(opt_s)
+    grid = p.device_array.reshape(p.dp, p.pp, p.tp)
+    grads = float(params.grad_bytes if grad_bytes is None else grad_bytes)
+    ep = shapes[0].ep
+    if ep == 1:  # (expert parameters, if any, are reduced with the rest over the DP group)
+        dp_s, opt_s = dp_optimizer_seconds(
+            grid, stage_params, grads, float(bytes_per_value),
+            float(params.optimizer_step_hbm_bytes), topo.hbm_Bps, hbm_eff, link_eff,
+            topo.latency_s, topo.bandwidth_Bps, topo.node_of, topo.uplink_Bps)
+        return float(dp_s), float(opt_s)
+    # expert parallelism: the non-expert parameters over the dp replicas, each rank's experts
+    # over the dp / ep replicas that hold the same ones (replicas i, i + ep, i + 2 ep, ...),
+    # one after the other
+    experts = np.array([sh.expert_params for sh in shapes], dtype=float)
+    out = [0.0, 0.0]
+    expert_grid = np.ascontiguousarray(grid.reshape(p.dp // ep, ep, p.pp, p.tp).transpose(
+        0, 2, 3, 1).reshape(p.dp // ep, p.pp, p.tp * ep))
+    for g, per_stage in ((grid, stage_params - experts), (expert_grid, experts)):
+        dp_s, opt_s = dp_optimizer_seconds(
+            g, per_stage, grads, float(bytes_per_value), float(params.optimizer_step_hbm_bytes),
+            topo.hbm_Bps, hbm_eff, link_eff, topo.latency_s, topo.bandwidth_Bps, topo.node_of,
+            topo.uplink_Bps)
+        out[0] += float(dp_s)
+        out[1] += float(opt_s)
+    return out[0], out[1]
 
 
 def fsdp_task_seconds(kind: str, worst: ReplicaCost, steps: int, micro_batches: int,

@@ -62,6 +62,8 @@ def task_memory_bytes(kind: str, shape: StageShape, stage_index: int, pp: int, d
     in_flight = min(pp - stage_index, micro)
     act = in_flight * shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
     states = shape.params * (params.grad_bytes + params.optimizer_state_bytes / dp)
+    if shape.ep > 1:  # the routed experts' optimizer states are sharded over dp / ep replicas
+        states += shape.expert_params * params.optimizer_state_bytes * (shape.ep - 1) / dp
     if offload:
         return 0.0, 0.0, shape.weight_bytes + states + act + shape.logits_bytes(tokens)
     return shape.weight_bytes, states, act + shape.logits_bytes(tokens)

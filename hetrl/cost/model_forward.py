@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from hetrl.cost.batching import Batching
+from hetrl.cost.expert_parallel import expert_parallel_seconds
 from hetrl.cost.flops import StageShape
 from hetrl.cost.forward import (
     dp_optimizer_step_seconds,
@@ -59,6 +60,10 @@ class ForwardHost(Protocol):
                 task: str = ...) -> Any: ...
 
     def _data_transfer(self, gen: TaskPlacement, p: TaskPlacement, kind: str) -> float: ...
+
+    def memoised(self, key: Any, compute: Any) -> Any: ...
+
+    def fp8_violations(self, p: TaskPlacement) -> tuple[str, ...]: ...
 
 
 class ForwardTerms:
@@ -135,9 +140,19 @@ class ForwardTerms:
                 if p.offload else None
             seconds, parts = megatron_task_seconds(kind, worst, steps, dp_s, opt_s, micro,
                                                    wl.recompute, off_s)
+        if p.ep > 1:  # the slowest replica's micro-batch slots of the 1F1B pipeline
+            micro = self._slowest_micro_batches(p, steps)
+            slots = steps * (micro + p.pp - 1)
+            tokens = samples * max(p.data_shares) / steps * self.L.seq_mean / micro * slots
+            ep_s = self.memoised(("ep", p.devices, p.ep, id(shapes), kind, slots, tokens),
+                                 lambda: expert_parallel_seconds(
+                                     self.cluster, p, shapes, self.params, kind, slots, tokens,
+                                     wl.recompute, stages_in_series=False))
+            parts["ep"] = ep_s
+            seconds += ep_s
         fw = self._framework[kind]
         parts["framework"] = fw
-        return TaskResult(seconds + fw, parts, ())
+        return TaskResult(seconds + fw, parts, self.fp8_violations(p))
 
     def _slowest_micro_batches(self, p: TaskPlacement, steps: int) -> int:
         """:func:`~hetrl.cost.forward.slowest_micro_batches` of ``p``'s largest-share replica."""

@@ -10,12 +10,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hetrl.cost.expert_parallel import expert_parallel_seconds
 from hetrl.cost.flops import StageShape
 from hetrl.cost.generation import slowest_generation, stage_kv_budgets
+from hetrl.cost.lengths import LengthStats
 from hetrl.cost.memo import STAGE_STARTS
+from hetrl.cost.params import CostParams
 from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.result import TaskResult
 from hetrl.plan import TaskPlacement
+from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
 
@@ -28,6 +32,9 @@ class GenerationHost(Protocol):
     _framework: dict[str, float]
     #: memo: (placement, KV budgets) -> TaskResult
     _tasks: dict
+    cluster: ClusterSpec
+    params: CostParams
+    L: LengthStats
 
     def shapes(self, task: str, p: TaskPlacement) -> tuple[StageShape, ...]: ...
 
@@ -35,6 +42,8 @@ class GenerationHost(Protocol):
 
     def _engine(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
                 task: str = ...) -> Any: ...
+
+    def fp8_violations(self, p: TaskPlacement) -> tuple[str, ...]: ...
 
 
 class GenerationTerms:
@@ -56,10 +65,31 @@ class GenerationTerms:
         engine_of = self._engine
         engines = [engine_of("generation", shapes, hw) for hw in self.replica_hws(p)]
         wl = self.workload
-        out = self._tasks[key] = slowest_generation(
+        out = slowest_generation(
             engines, p.data_shares, budgets, p.devices, wl.samples, wl.gen_max_concurrency,
             self._framework["generation"])
+        if p.ep > 1 or wl.gen_fp8:
+            out = self._with_experts_and_fp8(p, shapes, out)
+        self._tasks[key] = out
         return out
+
+    def _with_experts_and_fp8(self, p: TaskPlacement, shapes: tuple[StageShape, ...],
+                              out: TaskResult) -> TaskResult:
+        """``out`` with expert parallelism's all-to-alls (every decode step and prefill chunk
+        of the slowest replica, over its stages in turn: :func:`~hetrl.cost.expert_parallel.
+        expert_parallel_seconds`) and FP8 on a GPU type without FP8 units as violations."""
+        seconds, parts = out.seconds, out.parts
+        if p.ep > 1:
+            L, wl = self.L, self.workload
+            n = wl.samples * max(p.data_shares)
+            chunks = max(1.0, n * L.prompt_mean / self.params.prefill_chunk_tokens)
+            ep_s = expert_parallel_seconds(
+                self.cluster, p, shapes, self.params, "generation", out.phases[2] + chunks,
+                n * (L.prompt_mean + L.response_mean), False, stages_in_series=True)
+            parts = {**parts, "ep": ep_s}
+            seconds += ep_s
+        return TaskResult(seconds, parts, out.violations + self.fp8_violations(p),
+                          out.concurrency, out.phases)
 
 
 def _stage_starts(p: TaskPlacement) -> np.ndarray:

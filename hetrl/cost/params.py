@@ -123,6 +123,13 @@ class CostParams:
     # experiments/fit_public.py (docs/validation.md): 3152, rounded.
     flops_half_hidden: float = 3150.0
     flops_reference_hidden: int = 4096
+    # Mixture of experts: the busiest expert-parallel rank's tokens over the mean, for its expert
+    # matmuls, activations and all-to-all bytes (ep > 1; with ep = 1 one rank holds every expert
+    # and the sum over experts is exact). 1.25 is the capacity factor Switch Transformer trains
+    # with (Fedus et al. 2022, Sec. 2.2 and Table 1: capacity factor 1.0-1.25), the load a
+    # capacity-bounded router lets one expert take; dropless routers (Megatron's default) can
+    # exceed it.
+    moe_load_imbalance: float = 1.25
     eta: float | None = None
 
     def __post_init__(self) -> None:
@@ -167,6 +174,9 @@ class CostParams:
                 self.prefill_chunk_tokens, "must be >= 1")
         require(0 < self.usable_memory_fraction <= 1, "params.usable_memory_fraction",
                 self.usable_memory_fraction, "must be in (0, 1]")
+        _number("params.moe_load_imbalance", self.moe_load_imbalance)
+        require(1 <= self.moe_load_imbalance <= 64, "params.moe_load_imbalance",
+                self.moe_load_imbalance, "must be in [1, 64] (the busiest rank's load / the mean)")
         if self.eta is not None:
             _number("params.eta", self.eta)
             require(0 <= self.eta <= 1, "params.eta", self.eta, "must be in [0, 1] or null")

@@ -13,13 +13,15 @@ from hetrl.spec.cluster import ClusterSpec
 @dataclass(frozen=True)
 class StageHW:
     """``flops`` peak FLOP/s, ``hbm_Bps`` bytes/s and ``memory_bytes`` of the stage's slowest
-    device, ``gpu`` its type name (for efficiency factors), ``tp`` its TP group's links."""
+    device, ``gpu`` its type name (for efficiency factors), ``tp`` its TP group's links,
+    ``fp8_flops`` the smallest FP8 peak of its devices (FLOP/s; 0 if one has no FP8 units)."""
 
     gpu: str
     flops: float
     hbm_Bps: float
     memory_bytes: float
     tp: GroupLinks
+    fp8_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def _replica_hw(cluster: ClusterSpec, replica: tuple[tuple[int, ...], ...]) -> R
             hbm_Bps=min(hbm[d] for d in stage),
             memory_bytes=min(mem[d] for d in stage),
             tp=group_links(cluster, tuple(stage)),
+            fp8_flops=min(devices[d].gpu.fp8_flops for d in stage),
         ))
     boundaries = []
     node_of = topo.node_of

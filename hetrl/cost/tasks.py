@@ -25,9 +25,10 @@ from hetrl.cost.primitives import (
 from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.rollout import decode_step_overhead_s, generation_concurrency
 
-#: ``framework``: the per-call framework costs of hetrl.cost.framework (task level)
+#: ``framework``: the per-call framework costs of hetrl.cost.framework (task level); ``ep``:
+#: expert parallelism's all-to-alls (hetrl.cost.expert_parallel, task level)
 PARTS = ("compute", "hbm", "bubble", "tp", "pp", "dp", "data", "overhead", "offload",
-         "framework")
+         "framework", "ep")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ class _GenerationEngine:
         # prefill: the body's FLOPs per prompt token, the head's once per sequence
         self.stages = [(s.matmul_flops_per_token - s.head_flops_per_token,
                         s.head_flops_per_token, s.attn_flops_per_token_ctx,
-                        st.flops * params.flops_efficiency(st.gpu, "infer_flops", hidden),
+                        s.peak_flops(st) * params.flops_efficiency(st.gpu, "infer_flops",
+                                                                   hidden),
                         s.weight_bytes,
                         st.hbm_Bps * eff(st.gpu, "hbm"), s.layers, st.tp, eff(st.gpu, "link"))
                        for s, st in zip(shapes, hw.stages, strict=True)]
@@ -202,7 +204,7 @@ class _GenerationEngine:
         else:
             pre_launch = 0.0
         parts = {"compute": compute, "hbm": hbm, "bubble": 0.0, "tp": tp, "pp": pp, "dp": 0.0,
-                 "data": 0.0, "overhead": overhead, "offload": 0.0, "framework": 0.0}
+                 "data": 0.0, "overhead": overhead, "offload": 0.0, "framework": 0.0, "ep": 0.0}
         seconds = compute + hbm + tp + pp + overhead
         prefill = pre_c + pre_h + pre_tp + pre_pp + pre_launch
         return ReplicaCost(seconds, parts, B, violations,
@@ -239,13 +241,15 @@ def _decode_steps(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: Le
     lump = admitted / with_prefill if with_prefill > 0 else 0.0
     p_sq = L.prompt_var + L.prompt_mean ** 2
     for s, st in zip(shapes, hw.stages, strict=True):
-        hb = (s.weight_bytes + batch * ctx * s.kv_bytes_per_token) / (
+        # (weights: the experts the step's tokens use, :meth:`StageShape.decode_weight_bytes`)
+        hb = (s.decode_weight_bytes(batch) + batch * ctx * s.kv_bytes_per_token) / (
             st.hbm_Bps * params.efficiency(st.gpu, "decode_hbm"))
+        peak = s.peak_flops(st)
         fl = batch * (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
-            st.flops * params.efficiency(st.gpu, "decode_flops"))
+            peak * params.efficiency(st.gpu, "decode_flops"))
         pre = lump * (L.prompt_mean * (s.matmul_flops_per_token - s.head_flops_per_token)
                       + s.head_flops_per_token + s.attn_flops_per_token_ctx * p_sq / 2) / (
-            st.flops * params.flops_efficiency(st.gpu, "infer_flops", h))
+            peak * params.flops_efficiency(st.gpu, "infer_flops", h))
         for share, flops in ((1.0 - with_prefill, fl), (with_prefill, fl + pre)):
             comp += share * np.where(flops >= hb, flops, 0.0)
             mem += share * np.where(flops >= hb, 0.0, hb)
@@ -275,11 +279,19 @@ def _drain(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthSta
     steps = float(weight.sum())
     batch = ms / np.maximum(weight, 1e-300)
     comp = mem = tp = 0.0
-    for margin, w_s, fk_w, kv_w_total, pieces in consts:
-        is_comp = batch * margin >= w_s  # FLOPs >= weight + KV reads
-        flops_c, kv_c = fk_w @ is_comp
-        comp += m * float(flops_c)
-        mem += w_s * (steps - float(weight @ is_comp)) + m * (kv_w_total - float(kv_c))
+    for margin, w_s, fk_w, kv_w_total, pieces, experts in consts:
+        if experts is None:
+            is_comp = batch * margin >= w_s  # FLOPs >= weight + KV reads
+            flops_c, kv_c = fk_w @ is_comp
+            comp += m * float(flops_c)
+            mem += w_s * (steps - float(weight @ is_comp)) + m * (kv_w_total - float(kv_c))
+        else:  # a step reads the experts its batch uses: weight seconds per step vary
+            expert_s, unused, group = experts
+            w_steps = w_s - expert_s * unused ** (group * batch)
+            is_comp = batch * margin >= w_steps
+            flops_c, kv_c = fk_w @ is_comp
+            comp += m * float(flops_c)
+            mem += float((weight * w_steps) @ ~is_comp) + m * (kv_w_total - float(kv_c))
         if pieces is not None:
             tp += float((pieces @ wx).min(axis=0).sum())
     pp = lat_sum * steps + m * send_coeff * surv_sum
@@ -290,8 +302,10 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
                   params: CostParams) -> tuple:
     """Per stage (FLOP minus KV-read seconds per sequence per step, weight-read seconds per
     step, survival-weighted FLOP and KV arrays stacked, the latter's total, TP all-reduce pieces
-    as rows (a, b): a x weight + b x m x survival), log P(len < s), survival, its sum, the
-    boundaries' summed latency and seconds per sequence (memoised)."""
+    as rows (a, b): a x weight + b x m x survival, and where a step reads only the experts its
+    batch uses (:meth:`StageShape.decode_weight_bytes`) (routed experts' read seconds, 1 - top_k
+    / experts, ep), else None), log P(len < s), survival, its sum, the boundaries' summed
+    latency and seconds per sequence (memoised)."""
     key = ("drain", shapes, hw, L, params)
     out = TASK_TERMS.get(key)
     if out is not None:
@@ -303,13 +317,17 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     for s, st in zip(shapes, hw.stages, strict=True):
         hbm = st.hbm_Bps * eff(st.gpu, "decode_hbm")
         fl = (s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx) / (
-            st.flops * eff(st.gpu, "decode_flops"))
+            s.peak_flops(st) * eff(st.gpu, "decode_flops"))
         kv = ctx * s.kv_bytes_per_token / hbm
         pieces = [(2 * s.layers * a, 2 * s.layers * b * h * bpv)
                   for a, b in all_reduce_pieces(st.tp, eff(st.gpu, "link"))]
         fk_w = np.stack([surv * fl, surv * kv])
+        experts = None
+        if s.experts_touched_vary:
+            moe = s.model.moe
+            experts = (s.expert_weight_bytes / hbm, 1.0 - moe.top_k / moe.experts, float(s.ep))
         consts.append((fl - kv, s.weight_bytes / hbm, fk_w, float(surv @ kv),
-                       np.array(pieces) if pieces else None))
+                       np.array(pieces) if pieces else None, experts))
     with np.errstate(divide="ignore"):
         log_below = np.log(1.0 - surv)
     link_eff = eff(hw.stages[0].gpu, "link")
@@ -335,7 +353,7 @@ def _stage_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
         return out
     eff = params.efficiency
     stages = [(s.matmul_flops_per_token, s.attn_flops_per_token_ctx,
-               st.flops * params.flops_efficiency(st.gpu, kind, s.model.hidden),
+               s.peak_flops(st) * params.flops_efficiency(st.gpu, kind, s.model.hidden),
                (1 if flops_mult == 1 else 2) * s.weight_bytes / (
                    st.hbm_Bps * eff(st.gpu, "hbm")),
                tp_allreduces * s.layers, st.tp, eff(st.gpu, "link"))
@@ -448,4 +466,4 @@ class _ForwardEngine:
             total += fixed
         return ReplicaCost(total, {"compute": compute, "hbm": hbm, "bubble": bubble, "tp": tp,
                                    "pp": pp, "dp": 0.0, "data": 0.0, "overhead": overhead,
-                                   "offload": 0.0, "framework": 0.0})
+                                   "offload": 0.0, "framework": 0.0, "ep": 0.0})

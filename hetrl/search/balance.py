@@ -62,7 +62,7 @@ def balance_layers(model: CostModel, p: TaskPlacement) -> TaskPlacement:
     if layers == p.layers_per_stage:
         return p
     return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, layers, p.data_weights, p.backend,
-                         p.offload)
+                         p.offload, p.ep)
 
 
 def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
@@ -70,7 +70,8 @@ def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
         return p
     even = (1.0,) * p.dp
     times = model.replica_seconds(p if p.data_weights == even else TaskPlacement(
-        p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, even, p.backend, p.offload))
+        p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, even, p.backend, p.offload,
+        p.ep))
     if max(times) - min(times) <= 1e-9 * max(times):
         weights = (1.0,) * p.dp
     else:
@@ -79,7 +80,7 @@ def balance_data(model: CostModel, p: TaskPlacement) -> TaskPlacement:
     if weights == p.data_weights:
         return p
     return TaskPlacement(p.task, p.dp, p.pp, p.tp, p.devices, p.layers_per_stage, weights, p.backend,
-                         p.offload)
+                         p.offload, p.ep)
 
 
 def balance(model: CostModel, p: TaskPlacement) -> TaskPlacement:

@@ -202,7 +202,7 @@ class Arm:
         if need is None:
             wl = self.model.workload
             info = wl.task(task)
-            dp, pp, tp, backend, offload = placement_fields(lay)
+            dp, pp, tp, backend, offload, ep = placement_fields(lay)
             prm = self.model.params
             training = info.kind == "training"
             shape = wl.model(info.role)
@@ -217,7 +217,9 @@ class Arm:
             else:
                 per_param = wl.bytes_per_value + (prm.grad_bytes + prm.optimizer_state_bytes / dp
                                                   if training else 0.0)
-                need = shape.params / (pp * tp) * per_param
+                # (the routed experts split over ep as well)
+                need = (shape.params - shape.expert_params * (1 - 1 / ep)) / (pp * tp) \
+                    * per_param
             self._needs[key] = need
         return need
 

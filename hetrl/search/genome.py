@@ -106,12 +106,14 @@ def merged(g: Genotype, tasks: tuple[str, ...], size: int) -> Genotype | None:
 
 def candidate_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     info = workload.task(task)
-    return with_backends(info.kind, layouts(workload.model(info.role), n), workload.backends)
+    model = workload.model(info.role)
+    return with_backends(info.kind, layouts(model, n), workload.backends, model)
 
 
 def candidate_sub_layouts(workload: WorkloadSpec, task: str, n: int) -> tuple[Layout, ...]:
     info = workload.task(task)
-    return with_backends(info.kind, sub_layouts(workload.model(info.role), n), workload.backends)
+    model = workload.model(info.role)
+    return with_backends(info.kind, sub_layouts(model, n), workload.backends, model)
 
 
 def decode(g: Genotype, model: CostModel, load_balance: bool = True) -> Plan:
@@ -146,14 +148,16 @@ def _on_host(model: CostModel, p: TaskPlacement, host: TaskPlacement,
     the actor's old log-probs on the trainer's GPUs): its layout on the first of them if it
     fits there, else the host's own (dp, pp, tp)."""
     devices = host.device_ids
-    dp, pp, tp, backend, offload = p.dp, p.pp, p.tp, p.backend, p.offload
+    dp, pp, tp, backend, offload, ep = p.dp, p.pp, p.tp, p.backend, p.offload, p.ep
     if dp * pp * tp > len(devices):
         dp, pp, tp = host.dp, host.pp, host.tp
         if backend == "fsdp" and (pp > 1 or tp > 1):
             backend, offload = "megatron", False
+        if dp % ep:  # the host's replicas in whole expert-parallel groups, as the host's are
+            ep = host.ep if dp % host.ep == 0 else 1
     out = make_placement(p.task, devices[: dp * pp * tp], dp, pp, tp,
                          model.workload.model(model.workload.task(p.task).role).layers,
-                         backend=backend, offload=offload)
+                         backend=backend, offload=offload, ep=ep)
     return balance(model, out) if load_balance else out
 
 
@@ -161,9 +165,9 @@ def _placement(model: CostModel, task: str, devices: tuple[int, ...], lay: Layou
                load_balance: bool) -> TaskPlacement:
     """Task ``task`` in layout ``lay`` on its group's ``devices`` from ``off`` on (wrapping),
     load-balanced if ``load_balance``."""
-    dp, pp, tp, backend, offload = placement_fields(lay)
+    dp, pp, tp, backend, offload, ep = placement_fields(lay)
     mine = devices[off:] + devices[:off]
     p = make_placement(task, mine[: dp * pp * tp], dp, pp, tp,
                        model.workload.model(model.workload.task(task).role).layers,
-                       backend=backend, offload=offload)
+                       backend=backend, offload=offload, ep=ep)
     return balance(model, p) if load_balance else p

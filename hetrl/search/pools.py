@@ -44,15 +44,16 @@ def exact_layouts(workload: WorkloadSpec, task: str, n: int) -> list[Layout]:
     """Layouts of ``task`` using all ``n`` GPUs, FSDP ones included (verl's default training
     backend; see :func:`~hetrl.search.space.with_backends`)."""
     info = workload.task(task)
-    return [x for x in with_backends(info.kind, layouts(workload.model(info.role), n),
-                                     workload.backends)
+    model = workload.model(info.role)
+    return [x for x in with_backends(info.kind, layouts(model, n), workload.backends, model)
             if x[0] * x[1] * x[2] == n]
 
 
 def _megatron(options: list[Layout]) -> list[Layout]:
     """The Megatron layouts among ``options`` (all of them if there is none): where the
-    baselines' descents start, as they did before the FSDP variants joined the space."""
-    return [x for x in options if len(x) == 3] or options
+    baselines' descents start, as they did before the FSDP variants joined the space (expert
+    parallelism, an int fourth element, is Megatron's)."""
+    return [x for x in options if len(x) == 3 or type(x[3]) is int] or options
 
 
 def _middle(options: list[Layout]) -> Layout:
@@ -66,10 +67,10 @@ def pool_plan(workload: WorkloadSpec, pools: list[tuple[tuple[str, ...], tuple[i
     for tasks, devices in pools:
         groups.append(TaskGroup(tasks, devices))
         for t in tasks:
-            dp, pp, tp, backend, offload = placement_fields(lay[t])
+            dp, pp, tp, backend, offload, ep = placement_fields(lay[t])
             placements.append(make_placement(t, devices[: dp * pp * tp], dp, pp, tp,
                                              workload.model(workload.task(t).role).layers,
-                                             backend=backend, offload=offload))
+                                             backend=backend, offload=offload, ep=ep))
     order = {t: i for i, t in enumerate(workload.task_names)}
     placements.sort(key=lambda p: order[p.task])
     return Plan(tuple(groups), tuple(placements))

@@ -4,7 +4,8 @@ Level 1: task groupings -- set partitions of the workflow's tasks (Bell number B
 Level 2: GPU-group sizes -- compositions of the N GPUs into one part per group (C(N-1, G-1)).
 Level 3: concrete GPU sets -- N! / prod(n_g!) ways, fewer once GPUs of one type in one node
          are treated as interchangeable (multinomials over each node's type classes).
-Level 4: (dp, pp, tp) per task with dp*pp*tp <= n_g (here: > n_g / 2, tp dividing the heads).
+Level 4: (dp, pp, tp) per task with dp*pp*tp <= n_g (here: > n_g / 2, tp dividing the heads),
+         and ep for a mixture-of-experts model.
 Level 5: tasklet-to-GPU maps inside a group (<= n_g! per task).
 """
 
@@ -21,7 +22,8 @@ from hetrl.spec.model import ModelShape
 from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
-#: (dp, pp, tp), or (dp, 1, 1, backend) for an FSDP layout (see :func:`with_backends`)
+#: (dp, pp, tp); (dp, 1, 1, backend) for an FSDP layout; (dp, pp, tp, ep) with an int ep > 1
+#: for a Megatron layout with expert parallelism (see :func:`with_backends`)
 Layout = tuple
 #: The FSDP layouts a training or inference task may take besides Megatron's: the backend
 #: string of a layout's fourth element and the placement fields it stands for.
@@ -29,22 +31,43 @@ FSDP_VARIANTS = {"fsdp": ("fsdp", False), "fsdp+offload": ("fsdp", True)}
 
 
 def with_backends(kind: str, base: tuple[Layout, ...],
-                  backends: tuple[str, ...] = ("megatron", "fsdp")) -> tuple[Layout, ...]:
+                  backends: tuple[str, ...] = ("megatron", "fsdp"),
+                  model: ModelShape | None = None) -> tuple[Layout, ...]:
     """``base`` layouts of a task of ``kind`` plus, for training and inference when ``backends``
     (the workload's) has ``fsdp``, an FSDP variant (with and without offload) of each
-    data-parallel-only one (pp = tp = 1)."""
+    data-parallel-only one (pp = tp = 1); for a mixture-of-experts ``model``, each Megatron
+    layout with every expert parallelism it allows (:func:`expert_parallel_sizes`)."""
+    out = base
+    if model is not None and model.moe is not None:
+        out = base + tuple((*x, ep) for x in base for ep in expert_parallel_sizes(model, x[0]))
     if kind == "generation" or "fsdp" not in backends:
-        return base
-    return base + tuple((x[0], 1, 1, v) for x in base if x[1] == 1 and x[2] == 1
-                        for v in FSDP_VARIANTS)
+        return out
+    return out + tuple((x[0], 1, 1, v) for x in base if x[1] == 1 and x[2] == 1
+                       for v in FSDP_VARIANTS)
 
 
-def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool]:
-    """(dp, pp, tp, backend, offload) of a layout."""
+def expert_parallel_sizes(model: ModelShape, dp: int) -> tuple[int, ...]:
+    """The expert parallelism sizes > 1 the search gives a layout of ``dp`` replicas of
+    ``model``: powers of two dividing both dp and the routed experts (an expert-parallel group
+    is ep whole replicas, each holding experts / ep whole experts)."""
+    if model.moe is None:
+        return ()
+    out, ep = [], 2
+    while ep <= dp:
+        if dp % ep == 0 and model.moe.experts % ep == 0:
+            out.append(ep)
+        ep *= 2
+    return tuple(out)
+
+
+def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool, int]:
+    """(dp, pp, tp, backend, offload, ep) of a layout."""
     if len(lay) == 3:
-        return lay[0], lay[1], lay[2], "megatron", False
+        return lay[0], lay[1], lay[2], "megatron", False, 1
+    if type(lay[3]) is int:
+        return lay[0], lay[1], lay[2], "megatron", False, lay[3]
     backend, offload = FSDP_VARIANTS[lay[3]]
-    return lay[0], lay[1], lay[2], backend, offload
+    return lay[0], lay[1], lay[2], backend, offload, 1
 MAX_TP = 8
 MAX_PP = 16
 
@@ -163,7 +186,8 @@ def space_size(workload: WorkloadSpec, cluster: ClusterSpec) -> dict[str, float]
         # with symmetry: ways to split each class's count over g groups (stars and bars)
         sym = sum(math.log(math.comb(c + g - 1, g - 1)) for c in classes)
         log_l3_sym = max(log_l3_sym, sym / math.log(10))
-    per_task = [len(with_backends(ti.kind, layouts(workload.model(ti.role), n), workload.backends))
+    per_task = [len(with_backends(ti.kind, layouts(workload.model(ti.role), n), workload.backends,
+                                  workload.model(ti.role)))
                 for ti in workload.tasks]
     log_l4 = sum(math.log10(max(c, 1)) for c in per_task)
     log_l5 = t * math.lgamma(n + 1) / math.log(10)

@@ -19,7 +19,8 @@ INTRA_LINK_KINDS = ("nvlink", "pcie")
 class GPUType:
     """One GPU model.
 
-    Units: ``bf16_tflops`` dense bf16 TFLOPS (1e12 FLOP/s); ``memory_gb`` GB (1e9 bytes);
+    Units: ``bf16_tflops`` dense bf16 TFLOPS (1e12 FLOP/s); ``fp8_tflops`` dense FP8 TFLOPS
+    (0: the type has no FP8 tensor cores); ``memory_gb`` GB (1e9 bytes);
     ``hbm_gbps`` memory bandwidth GB/s (1e9 bytes/s); ``intra_link_gbps`` GPU<->GPU bandwidth
     inside a node, GB/s per direction; ``node_nic_gbps`` default node network, Gbit/s.
     """
@@ -32,11 +33,21 @@ class GPUType:
     intra_link_gbps: float = 32.0
     node_nic_gbps: float = 100.0
     source: str = ""
+    fp8_tflops: float = 0.0
 
     @property
     def flops(self) -> float:
         """Peak dense bf16 FLOP/s."""
         return self.bf16_tflops * 1e12
+
+    @property
+    def fp8_flops(self) -> float:
+        """Peak dense FP8 FLOP/s (0: no FP8 tensor cores)."""
+        return self.fp8_tflops * 1e12
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.fp8_tflops > 0
 
     @property
     def memory_bytes(self) -> float:
@@ -47,7 +58,10 @@ class GPUType:
         return self.hbm_gbps * 1e9
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not out["fp8_tflops"]:  # (a type without FP8 reads as it always did)
+            del out["fp8_tflops"]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "gpu") -> GPUType:
@@ -81,7 +95,15 @@ class GPUType:
                                      1e5),
             node_nic_gbps=positive(f"{field}.node_nic_gbps", data.get("node_nic_gbps", 100.0), 1e5),
             source=string(f"{field}.source", data.get("source", ""), nonempty=False),
+            fp8_tflops=_fp8_tflops(f"{field}.fp8_tflops", data.get("fp8_tflops", 0.0)),
         )
+
+
+def _fp8_tflops(field: str, value: Any) -> float:
+    """Dense FP8 TFLOPS: 0 (no FP8 units) or positive, at most 1e5."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return positive(field, value, 1e5)
 
 
 @lru_cache(maxsize=1)

@@ -1,4 +1,5 @@
-"""Dense decoder model shapes; the parameter count is derived, never typed in."""
+"""Decoder model shapes, dense or mixture-of-experts (:mod:`hetrl.spec.moe`); the parameter
+counts are derived, never typed in."""
 
 from __future__ import annotations
 
@@ -10,15 +11,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hetrl.errors import SpecError, boolean, did_you_mean, positive_int, require, string
 from hetrl.limits import MAX_LAYERS, MAX_MODEL_DIM
+from hetrl.spec.moe import MLA, MoE
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder-only transformer (SwiGLU MLP, grouped-query attention, RMSNorm).
+    """A decoder-only transformer (SwiGLU MLP, grouped-query attention, RMSNorm).
 
-    ``ffn`` is the MLP intermediate size; ``head_dim`` may differ from hidden/heads (Qwen3).
+    ``ffn`` is the dense MLP intermediate size; ``head_dim`` may differ from hidden/heads
+    (Qwen3). ``moe``: the MoE layers' experts (:class:`~hetrl.spec.moe.MoE`; None: dense);
+    ``mla``: multi-head latent attention instead of grouped-query attention
+    (:class:`~hetrl.spec.moe.MLA`; ``kv_heads`` is then unused by the formulas).
     """
 
     name: str
@@ -30,6 +37,8 @@ class ModelShape:
     head_dim: int
     vocab: int
     tied_embeddings: bool = False
+    moe: MoE | None = None
+    mla: MLA | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "model.name", self.name,
@@ -40,11 +49,21 @@ class ModelShape:
         boolean(f"model[{self.name}].tied_embeddings", self.tied_embeddings)
         require(self.heads % self.kv_heads == 0, f"model[{self.name}].kv_heads", self.kv_heads,
                 f"must divide heads ({self.heads})")
+        require(self.moe is None or isinstance(self.moe, MoE), f"model[{self.name}].moe",
+                self.moe, "must be a MoE block")
+        require(self.mla is None or isinstance(self.mla, MLA), f"model[{self.name}].mla",
+                self.mla, "must be an MLA block")
+        if self.moe is not None:
+            require(self.moe.dense_layers < self.layers, f"model[{self.name}].moe.dense_layers",
+                    self.moe.dense_layers, f"must be < layers ({self.layers}): no MoE layer left")
 
     # --- derived sizes (parameters) ---
     @property
     def attn_params_per_layer(self) -> int:
-        """Q and O projections (hidden x heads*head_dim each) plus K and V (hidden x kv*head_dim)."""
+        """Q and O projections (hidden x heads*head_dim each) plus K and V (hidden x kv*head_dim);
+        with MLA, :meth:`~hetrl.spec.moe.MLA.attn_params`."""
+        if self.mla is not None:
+            return self.mla.attn_params(self.hidden, self.heads, self.head_dim)
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         return 2 * self.hidden * q + 2 * self.hidden * kv
@@ -56,8 +75,57 @@ class ModelShape:
 
     @property
     def params_per_layer(self) -> int:
-        """Matrices plus the two RMSNorm weight vectors (and Qwen3's q/k norms are negligible)."""
+        """A dense layer's matrices plus its two RMSNorm weight vectors (Qwen3's q/k norms are
+        negligible); an MoE model's mean over its layers (rounded down)."""
+        if self.moe is not None:
+            return self.layer_params_total // self.layers
         return self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden
+
+    # --- mixture of experts (a dense model: every layer dense, no experts) ---
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are MoE layers."""
+        return 0 if self.moe is None else self.moe.moe_layers_in(0, self.layers)
+
+    def moe_layers_in(self, lo: int, hi: int) -> int:
+        """How many of layers [lo, hi) are MoE layers."""
+        return 0 if self.moe is None else self.moe.moe_layers_in(lo, hi)
+
+    @property
+    def moe_layer_replicated_params(self) -> int:
+        """An MoE layer's weights outside its routed experts: attention, norms, router and
+        shared experts (every expert-parallel rank holds them)."""
+        assert self.moe is not None
+        return (self.attn_params_per_layer + 2 * self.hidden + self.moe.router_params(self.hidden)
+                + 3 * self.hidden * self.moe.shared_width)
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """An MoE layer's routed experts' weights (0 for a dense model)."""
+        return 0 if self.moe is None else self.moe.expert_params(self.hidden)
+
+    @property
+    def layer_params_total(self) -> int:
+        """All layers' weights."""
+        dense = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden
+        if self.moe is None:
+            return self.layers * dense
+        n = self.moe_layers
+        return ((self.layers - n) * dense
+                + n * (self.moe_layer_replicated_params + self.expert_params_per_layer))
+
+    @property
+    def expert_params(self) -> int:
+        """All routed experts' weights (0 for a dense model)."""
+        return self.moe_layers * self.expert_params_per_layer
+
+    @property
+    def active_params(self) -> float:
+        """Parameters a token passes through: every weight but the routed experts it does not
+        use (top_k of experts). A dense model's: :attr:`params`."""
+        if self.moe is None:
+            return self.params
+        return self.params - self.expert_params * (1 - self.moe.top_k / self.moe.experts)
 
     @property
     def embedding_params(self) -> int:
@@ -66,16 +134,32 @@ class ModelShape:
 
     @property
     def params(self) -> int:
-        """Total parameters."""
-        return self.layers * self.params_per_layer + self.embedding_params + self.hidden
+        """Total parameters (every expert included)."""
+        if self.moe is None:
+            return self.layers * self.params_per_layer + self.embedding_params + self.hidden
+        return self.layer_params_total + self.embedding_params + self.hidden
+
+    @property
+    def kv_values_per_token_layer(self) -> int:
+        """KV-cache values per token per layer: keys and values of the KV heads, or MLA's
+        latent and positional key."""
+        if self.mla is not None:
+            return self.mla.kv_values_per_token_layer
+        return 2 * self.kv_heads * self.head_dim
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes per token over all layers, bf16 (2 bytes per value)."""
+        if self.mla is not None:
+            return self.layers * self.kv_values_per_token_layer * 2
         return 2 * self.layers * self.kv_heads * self.head_dim * 2
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("moe", "mla"):  # (a dense GQA shape's dict is as it always was)
+            if out[key] is None:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "model") -> ModelShape:
@@ -85,13 +169,17 @@ class ModelShape:
         if extra:
             raise SpecError(f"{field}.{sorted(extra)[0]}", data[sorted(extra)[0]],
                             f"unknown key; known keys: {sorted(known)}")
-        missing = [k for k in known - {"tied_embeddings", "name"} if k not in data]
+        missing = [k for k in known - {"tied_embeddings", "name", "moe", "mla"} if k not in data]
         if missing:
             raise SpecError(f"{field}.{sorted(missing)[0]}", None, "is required")
         values = dict(data)
         values.setdefault("name", "custom")
         values["tied_embeddings"] = _as_bool(values.get("tied_embeddings", False),
                                              f"{field}.tied_embeddings")
+        if values.get("moe") is not None:
+            values["moe"] = MoE.from_dict(values["moe"], f"{field}.moe")
+        if values.get("mla") is not None:
+            values["mla"] = MLA.from_dict(values["mla"], f"{field}.mla")
         return cls(**values)
 
     @classmethod
@@ -117,6 +205,7 @@ class ModelShape:
 
         heads, hidden = dim("num_attention_heads"), dim("hidden_size")
         named = name if name is not None else cfg.get("_name_or_path") or p.parent.name or "hf-model"
+        mla = _hf_mla(cfg, dim)
         return cls(
             name=string(f"{field}.name", named) if name is not None else str(named),
             layers=dim("num_hidden_layers"),
@@ -124,11 +213,50 @@ class ModelShape:
             ffn=dim("intermediate_size"),
             heads=heads,
             kv_heads=dim("num_key_value_heads", heads),
-            head_dim=dim("head_dim", hidden // heads),
+            head_dim=dim("qk_nope_head_dim") if mla is not None
+            else dim("head_dim", hidden // heads),
             vocab=dim("vocab_size"),
             tied_embeddings=_as_bool(cfg.get("tie_word_embeddings", False),
                                      f"{field}.tie_word_embeddings"),
+            moe=_hf_moe(cfg, dim, f"{field}"),
+            mla=mla,
         )
+
+
+def _hf_moe(cfg: Mapping[str, Any], dim: Any, field: str) -> MoE | None:
+    """The MoE block of a Hugging Face config: Qwen2/3-MoE (``num_experts``,
+    ``moe_intermediate_size``, ``decoder_sparse_step``, ``shared_expert_intermediate_size``),
+    DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+    ``moe_layer_freq``, ``scoring_func``) or Mixtral (``num_local_experts``, the experts as
+    wide as ``intermediate_size``); None for a dense config."""
+    experts = next((cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts")
+                    if cfg.get(k)), None)
+    if experts is None:
+        return None
+    require(not cfg.get("mlp_only_layers"), f"{field}.mlp_only_layers",
+            cfg.get("mlp_only_layers"), "is not supported (dense layers must come first)")
+    if "moe_intermediate_size" in cfg:
+        expert_ffn = dim("moe_intermediate_size")
+    else:
+        expert_ffn = dim("intermediate_size")
+    shared = int(cfg.get("n_shared_experts") or 0)
+    shared_ffn = int(cfg.get("shared_expert_intermediate_size") or 0)
+    if shared_ffn and not shared:
+        shared = 1  # Qwen2-MoE: one shared expert of that width
+    return MoE(experts=int(experts), top_k=int(cfg.get("num_experts_per_tok") or 1),
+               expert_ffn=expert_ffn, shared_experts=shared,
+               shared_ffn=shared_ffn,
+               dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+               layer_freq=int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1),
+               router="sigmoid" if cfg.get("scoring_func") == "sigmoid" else "softmax")
+
+
+def _hf_mla(cfg: Mapping[str, Any], dim: Any) -> MLA | None:
+    """Multi-head latent attention of a DeepSeek-V2/V3 config (``kv_lora_rank``), else None."""
+    if not cfg.get("kv_lora_rank"):
+        return None
+    return MLA(kv_lora_rank=dim("kv_lora_rank"), rope_dim=dim("qk_rope_head_dim"),
+               v_head_dim=dim("v_head_dim"), q_lora_rank=int(cfg.get("q_lora_rank") or 0))
 
 
 def _as_bool(value: Any, field: str) -> bool:
@@ -155,11 +283,16 @@ def _presets() -> dict[str, ModelShape]:
             vocab=int(row["vocab"]),
             tied_embeddings=_as_bool(row["tied_embeddings"], "models.csv"),
         )
+    raw = yaml.safe_load(resources.files("hetrl.data").joinpath("moe_models.yaml").read_text())
+    for i, entry in enumerate(raw["models"]):
+        shape = {k: v for k, v in entry.items() if k not in ("hf_id", "source")}
+        out[entry["name"]] = ModelShape.from_dict(shape, f"moe_models.yaml:models[{i}]")
     return out
 
 
 def model_presets() -> dict[str, ModelShape]:
-    """Built-in model shapes by name (from ``hetrl/data/models.csv``)."""
+    """Built-in model shapes by name (dense ones from ``hetrl/data/models.csv``, mixture-of-experts
+    ones from ``hetrl/data/moe_models.yaml``)."""
     return dict(_presets())
 
 

@@ -100,7 +100,8 @@ PAPER_RESPONSE_LENGTH = LengthDist(mean=512, max=1024, min=16, std=256)
 
 
 def paper_workload(size: str, algorithm: str, mode: str) -> WorkloadSpec:
-    """One of the paper's jobs: Qwen3-{size}, batch 384 prompts x 8 responses, lengths <= 1024."""
+    """One of the paper's jobs: Qwen3-{size}, batch 384 prompts x 8 responses, lengths <= 1024
+    (``size`` "30b-a3b": the mixture-of-experts Qwen3-30B-A3B on the same settings)."""
     model = model_preset(f"Qwen3-{size.upper()}")
     roles = ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
         "actor", "reference", "reward")
@@ -123,6 +124,15 @@ WORKLOAD_PRESETS: dict[str, tuple[str, Callable[[], WorkloadSpec]]] = {
         (lambda size=size, alg=alg, mode=mode: paper_workload(size, alg, mode)))
     for size in ("4b", "8b", "14b") for alg in ("ppo", "grpo") for mode in ("sync", "async")
 }
+# the paper's settings with a mixture-of-experts model (every role Qwen3-30B-A3B: 30.5B
+# parameters, 3.3B active per token)
+WORKLOAD_PRESETS.update({
+    f"qwen3-30b-a3b-{alg}-{mode}": (
+        f"Qwen3-30B-A3B (MoE, 128 experts, top-8) {alg.upper()} {mode}, 384 prompts x 8 "
+        "responses, <= 1024 tokens",
+        (lambda alg=alg, mode=mode: paper_workload("30b-a3b", alg, mode)))
+    for alg in ("ppo", "grpo") for mode in ("sync", "async")
+})
 
 
 #: Lengths of the tiny jobs of the real backend's CPU path: prompts are the shipped GSM8K-style

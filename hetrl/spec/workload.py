@@ -16,7 +16,10 @@ from hetrl.spec.task_batching import TaskBatching, parse_task_batching
 from hetrl.spec.tasks import ALGORITHMS, KL_MODES, REWARDS, TaskInfo, roles_for, tasks_for
 
 MODES = ("sync", "async")
-PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Bytes per stored weight value of each precision. ``fp8`` is Megatron's FP8 recipe for
+#: training and inference tasks (FP8 matmuls, BF16 weights kept: 2 bytes) and, for generation,
+#: FP8 weights and KV cache (1 byte, :attr:`WorkloadSpec.gen_fp8`).
+PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 OPTIMIZERS = ("adam", "adamw")
 #: What a padded micro-batch pads its sequences to (``remove_padding: false``).
 PAD_TO = ("longest", "max")
@@ -73,6 +76,12 @@ class WorkloadSpec:
     start during its last micro-batch's backward) and ``tp_comm_overlap`` (``--tp-comm-overlap``:
     tensor-parallel collectives pipelined with the GEMMs). Both default to false, Megatron's
     defaults; an FSDP placement always overlaps its gathers (docs/cost-model.md).
+    ``precision``: the models' precision; ``fp8`` runs training and inference tasks with
+    Megatron's FP8 recipe (FP8 matmuls at the GPU's FP8 peak, BF16 master weights) and the
+    rollout in FP8 too. ``gen_precision``: the rollout's alone (null: ``precision``'s); ``fp8``
+    holds its weights and KV cache in one byte (vLLM ``quantization: fp8``,
+    ``kv_cache_dtype: fp8``) and runs its matmuls at the FP8 peak. FP8 needs a GPU type with
+    FP8 tensor cores (``fp8_tflops`` in the GPU table).
     """
 
     name: str
@@ -105,6 +114,7 @@ class WorkloadSpec:
     kl: str = "loss"
     gen_sleep_level: int = 1
     task_batching: tuple[tuple[str, TaskBatching], ...] = ()
+    gen_precision: str | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -191,6 +201,9 @@ class WorkloadSpec:
                 f"must be <= samples per iteration ({self.samples})")
         require(self.precision in PRECISIONS, "precision", self.precision,
                 f"must be one of {list(PRECISIONS)}")
+        require(self.gen_precision is None or self.gen_precision in PRECISIONS,
+                "gen_precision", self.gen_precision,
+                f"must be one of {list(PRECISIONS)} or null (precision's)")
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
                 f"must be one of {list(OPTIMIZERS)}")
         require(is_int(self.schema_version) and self.schema_version in READABLE_VERSIONS,
@@ -267,6 +280,20 @@ class WorkloadSpec:
     def bytes_per_value(self) -> int:
         return PRECISIONS[self.precision]
 
+    @property
+    def gen_fp8(self) -> bool:
+        """Whether the rollout runs in FP8 (weights and KV cache in one byte, FP8 matmuls)."""
+        return (self.gen_precision or self.precision) == "fp8"
+
+    @property
+    def train_fp8(self) -> bool:
+        """Whether training and inference tasks run Megatron's FP8 recipe (FP8 matmuls)."""
+        return self.precision == "fp8"
+
+    def fp8_for(self, kind: str) -> bool:
+        """Whether tasks of ``kind`` ("generation", "inference", "training") use FP8."""
+        return self.gen_fp8 if kind == "generation" else self.train_fp8
+
     def with_(self, **changes: Any) -> WorkloadSpec:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
@@ -306,6 +333,7 @@ class WorkloadSpec:
             "gen_gpu_memory_utilization": self.gen_gpu_memory_utilization,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "tp_comm_overlap": self.tp_comm_overlap,
+            **({"gen_precision": self.gen_precision} if self.gen_precision is not None else {}),
         }
 
     @classmethod

@@ -228,7 +228,7 @@ def _link(**change):
 @pytest.mark.parametrize(("data", "field", "problem"), [
     ({"nodes": [{"gpu": "B200"}]}, "nodes[0].gpu", "unknown GPU type; known: A100, A100-40GB"),
     ({"nodes": [{"gpu": "L4", "count": 0}]}, "nodes[0].count", "must be >= 1"),
-    ({"nodes": [{"gpu": "L4", "count": 65}]}, "nodes[0].count", "<= 64"),
+    ({"nodes": [{"gpu": "L4", "count": 73}]}, "nodes[0].count", "<= 72"),
     ({"nodes": [{"gpu": "L4", "nic_gbps": 0}]}, "nodes[0].nic_gbps", "must be > 0"),
     ({"nodes": [{"gpu": "L4", "nic_gbps": 4e11}]}, "nodes[0].nic_gbps", "units: Gbit/s"),
     ({"nodes": [{"gpu": "L4", "edge": "yes"}]}, "nodes[0].edge", "true or false"),
@@ -296,8 +296,8 @@ def test_file_errors_name_the_file_and_field(tmp_path):
 def test_node_errors_name_the_entry_in_the_file():
     # the fifth entry (nodes[4]) comes after repeats: the error names it, not nodes[6]
     nodes = [{"gpu": "A100", "repeat": 3}, {"gpu": "L4"}, {"gpu": "L4"}, {"gpu": "L4"},
-             {"gpu": "L4", "count": 65}]
-    with pytest.raises(SpecError, match=r"^nodes\[4\]\.count = 65: must be <= 64"):
+             {"gpu": "L4", "count": 73}]
+    with pytest.raises(SpecError, match=r"^nodes\[4\]\.count = 73: must be <= 72"):
         ClusterSpec.from_dict({"nodes": nodes})
     # an unknown key of a user GPU type shows its value
     with pytest.raises(SpecError, match=r"^gpu_types\[0\]\.colour = 'red': unknown key"):

@@ -95,12 +95,12 @@ def candidates(model: CostModel, load_balance: bool = True, max_sets: int = 4096
         n = len(devices)
         for t in wl.task_names:
             shape = wl.model(wl.task(t).role)
-            for lay in with_backends(wl.task(t).kind, layouts(shape, n), wl.backends):
-                dp, pp, tp, backend, offload = placement_fields(lay)
+            for lay in with_backends(wl.task(t).kind, layouts(shape, n), wl.backends, shape):
+                dp, pp, tp, backend, offload, ep = placement_fields(lay)
                 if dp * pp * tp != n:
                     continue
                 p = make_placement(t, devices, dp, pp, tp, shape.layers, backend=backend,
-                                   offload=offload)
+                                   offload=offload, ep=ep)
                 if load_balance:
                     p = balance(model, p)
                 seconds, need = model.task_alone(p)
