@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
+from hetrl.cost.expert_parallel import alltoalls_per_layer, dispatch_bytes, expert_group_links
 from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
@@ -83,9 +84,14 @@ class Simulation:
         #: Called now and then with (simulated seconds, iterations done) during :meth:`run`.
         self.progress: Callable[[float, int], None] | None = None
         self.placements = {p.task: p for p in plan.placements}
+        #: per placement with expert parallelism, per EP group, per stage its links
+        self.expert_links = {p.task: expert_group_links(cluster, p) for p in plan.placements
+                             if p.ep > 1}
         self.ops = {p.task: [ReplicaOps(self.model.shapes(p.task, p), self.model.hw(r), params,
-                                        workload.gen_cuda_graphs, workload.tp_comm_overlap)
-                             for r in p.devices] for p in plan.placements}
+                                        workload.gen_cuda_graphs, workload.tp_comm_overlap,
+                                        self.expert_links[p.task][i // p.ep]
+                                        if p.ep > 1 else None)
+                             for i, r in enumerate(p.devices)] for p in plan.placements}
         kv = self.model.kv_budgets(plan)
         gen = self.placements["actor_generation"]
         shapes = self.model.shapes(gen.task, gen)
@@ -315,6 +321,11 @@ class Simulation:
                 else:
                     dur = ops.backward(j, tok[mb], sq[mb], recompute)
                 yield self.env.timeout(dur * self.slow(devs))
+                if p.ep > 1 and ops.stages[j].shape.moe_layers:
+                    # forward: dispatch and combine; backward: theirs (and the forward's again
+                    # under recomputation)
+                    count = 2 if op == "F" else alltoalls_per_layer(kind, recompute) - 2
+                    yield from self.expert_alltoall(p, i, j, tok[mb], count, it)
                 busy += self.env.now - start
                 self.span("forward" if op == "F" else "backward", "tasklet", p.task, it, start,
                           devs, replica=i, stage=j, micro_batch=mb)
@@ -378,6 +389,33 @@ class Simulation:
         self.span("forward" if not train else "forward+backward", "tasklet", p.task, it, start,
                   devs, replica=i, stage=0)
 
+    def expert_alltoall(self, p: TaskPlacement, i: int, j: int, tokens: float, count: int,
+                        it: int):
+        """Replica ``i``'s all-to-alls at stage ``j`` for one micro-batch of ``tokens`` tokens:
+        ``count`` per MoE layer, each rank's dispatch bytes
+        (:func:`hetrl.cost.expert_parallel.dispatch_bytes`) spread evenly over the other ranks
+        of its expert-parallel group, as flows on the network (all of a stage's layers' bytes
+        in one flow per pair; flows between two nodes bundled, as they share the nodes' links,
+        flows inside a node one per pair, as each uses its own devices' links), after the
+        calls' latencies but one."""
+        shape = self.ops[p.task][i].stages[j].shape
+        first = i - i % p.ep
+        mine = p.devices[i][j]
+        others = [d for r in range(first, first + p.ep) for d in p.devices[r][j]
+                  if d not in mine]
+        calls = count * shape.moe_layers
+        per_pair = calls * dispatch_bytes(shape, tokens) / (len(others) + len(mine) - 1)
+        pairs = [(a, b) for a in mine for b in others]
+        lat = max(self.net.path_latency(a, b) for a, b in pairs)
+        yield self.env.timeout((calls - 1) * lat)
+        node = self.cluster.topology.node_of
+        inside = [(a, b, 1) for a, b in pairs if node[a] == node[b]]
+        across = self.bundle([(a, b) for a, b in pairs if node[a] != node[b]])
+        flows = [self.env.process(self.move(a, b, per_pair, p.task, it, "all-to-all", w))
+                 for a, b, w in inside + across]
+        if flows:
+            yield simpy.AllOf(self.env, flows)
+
     def gradient_sync(self, p: TaskPlacement, it: int,
                       ready: list[list[simpy.Event]] | None = None):
         """Reduce-scatter of gradients and all-gather of parameters in every DP group, as ring
@@ -388,15 +426,26 @@ class Simulation:
         shapes = self.model.shapes(p.task, p)
         topo = self.cluster.topology
         groups = []  # per stage: the tp rings, bundled when they visit the same nodes in turn
+        per_value = self.params.grad_bytes + self.workload.bytes_per_value
+        # (with expert parallelism the routed experts' gradients go over the replicas that
+        # hold the same experts: i, i + ep, ...; the rest over all dp replicas)
+        sets = [(range(p.dp), lambda sh: sh.params if p.ep == 1 else sh.params - sh.expert_params)]
+        if p.ep > 1:
+            sets += [(range(b, p.dp, p.ep), lambda sh: sh.expert_params) for b in range(p.ep)]
         for j, shape in enumerate(shapes):
-            nbytes = shape.params * (self.params.grad_bytes + self.workload.bytes_per_value)
-            rings = [sorted((p.devices[r][j][k] for r in range(p.dp)),
-                            key=lambda d: (int(topo.node_of[d]), d)) for k in range(p.tp)]
             by_nodes: dict[tuple[int, ...], list[list[int]]] = {}
-            for ring in rings:
-                by_nodes.setdefault(tuple(int(topo.node_of[d]) for d in ring), []).append(ring)
-            for same in by_nodes.values():
-                groups.append((j, same[0], nbytes, len(same)))
+            for members, params_of in sets:
+                nbytes = params_of(shape) * per_value
+                if len(members) < 2 or nbytes <= 0:
+                    continue
+                rings = [sorted((p.devices[r][j][k] for r in members),
+                                key=lambda d: (int(topo.node_of[d]), d)) for k in range(p.tp)]
+                by_nodes = {}
+                for ring in rings:
+                    by_nodes.setdefault(tuple(int(topo.node_of[d]) for d in ring),
+                                        []).append(ring)
+                for same in by_nodes.values():
+                    groups.append((j, same[0], nbytes, len(same)))
 
         def stage_ring(j: int, members: list[int], nbytes: float, weight: int):
             if ready is not None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hetrl.cost.expert_parallel import alltoall_pieces, alltoalls_per_layer, dispatch_bytes
 from hetrl.cost.flops import StageShape
 from hetrl.cost.params import CostParams
-from hetrl.cost.primitives import all_reduce_time
+from hetrl.cost.primitives import GroupLinks, all_reduce_time
 from hetrl.cost.replica import ReplicaHW, StageHW
 from hetrl.cost.rollout import decode_step_overhead_s
 
@@ -44,7 +45,8 @@ def _decode_lines(st: StageSpeed, batch: int, ctx_sum: float) -> tuple[float, fl
     (seconds): HBM a_h + b_h i (weights + KV of the whole context) and FLOPs a_f + b_f i (dense
     per sequence + attention), the contexts summing to ``ctx_sum`` tokens at i = 0."""
     s = st.shape
-    a_h = (s.weight_bytes + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
+    # (the weights a step of this batch reads: the experts its tokens use, for an MoE model)
+    a_h = (s.decode_weight_bytes(batch) + ctx_sum * s.kv_bytes_per_token) / st.hbm_decode
     b_h = batch * s.kv_bytes_per_token / st.hbm_decode
     a_f = (batch * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * ctx_sum) / st.flops_decode
     b_f = batch * s.attn_flops_per_token_ctx / st.flops_decode
@@ -85,9 +87,10 @@ class StageSpeed:
     def of(cls, shape: StageShape, hw: StageHW, params: CostParams) -> StageSpeed:
         e, sized = params.efficiency, params.flops_efficiency
         h = shape.model.hidden
-        return cls(shape, hw, hw.flops * sized(hw.gpu, "infer_flops", h),
-                   hw.flops * sized(hw.gpu, "train_flops", h),
-                   hw.flops * e(hw.gpu, "decode_flops"), hw.hbm_Bps * e(hw.gpu, "hbm"),
+        peak = shape.peak_flops(hw)  # (FP8's where the stage runs FP8 matmuls)
+        return cls(shape, hw, peak * sized(hw.gpu, "infer_flops", h),
+                   peak * sized(hw.gpu, "train_flops", h),
+                   peak * e(hw.gpu, "decode_flops"), hw.hbm_Bps * e(hw.gpu, "hbm"),
                    hw.hbm_Bps * e(hw.gpu, "decode_hbm"), e(hw.gpu, "link"))
 
     def tp_allreduce(self, nbytes: float) -> float:
@@ -98,8 +101,18 @@ class ReplicaOps:
     """Step durations of one replica (stages in order)."""
 
     def __init__(self, shapes: tuple[StageShape, ...], hw: ReplicaHW, params: CostParams,
-                 cuda_graphs: bool = True, tp_overlap: bool = False):
+                 cuda_graphs: bool = True, tp_overlap: bool = False,
+                 expert_links: list[GroupLinks] | None = None):
         self.stages = [StageSpeed.of(s, h, params) for s, h in zip(shapes, hw.stages, strict=True)]
+        #: generation with expert parallelism: per stage its all-to-all as (seconds per call,
+        #: seconds per token) over its expert-parallel group's links (None: no EP)
+        self.alltoall = None
+        if expert_links is not None and shapes[0].ep > 1:
+            self.alltoall = []
+            for sh, st, g in zip(shapes, self.stages, expert_links, strict=True):
+                a, b = alltoall_pieces(g, st.link_eff)
+                calls = alltoalls_per_layer("generation", False) * sh.moe_layers
+                self.alltoall.append((calls * a, calls * b * dispatch_bytes(sh, 1.0)))
         self.boundaries = hw.boundaries
         self.params = params
         self.step_overhead_s = decode_step_overhead_s(shapes, params, cuda_graphs)
@@ -127,7 +140,17 @@ class ReplicaOps:
             total += chunks * s.layers * self.params.launch_overhead_s_per_layer
         for lat, bw in self.boundaries:
             total += chunks * (lat + chunk_tok * self.h * self.bpv / (bw * self.stages[0].link_eff))
-        return total
+        return total + self.expert_alltoall(chunks, prompt_tokens)
+
+    def expert_alltoall(self, calls: float, tokens: float) -> float:
+        """Generation's all-to-alls (expert parallelism) for ``calls`` passes (decode steps,
+        prefill chunks) moving ``tokens`` tokens in all, every stage in turn, priced over the
+        expert-parallel group's links as the cost model prices them
+        (:func:`hetrl.cost.expert_parallel.alltoall_pieces`): per decode step they are small,
+        latency-bound messages, replayed as a duration rather than as flows."""
+        if self.alltoall is None:
+            return 0.0
+        return sum(calls * a + tokens * b for a, b in self.alltoall)
 
     def decode(self, batch: int, ctx_sum: float, steps: int) -> float:
         """``steps`` decode steps of ``batch`` sequences whose contexts sum to ``ctx_sum`` tokens
@@ -139,7 +162,7 @@ class ReplicaOps:
             total += sum_max_affine(*_decode_lines(st, batch, ctx_sum), steps)
         total += steps * (self._decode_comm(batch) + self.step_overhead_s
                           + batch * self.params.decode_s_per_token)
-        return total
+        return total + self.expert_alltoall(steps, steps * batch)
 
     def decode_mixed(self, batch: int, ctx_sum: float, steps: int, prefill: PrefillWork
                      ) -> tuple[float, PrefillWork | None]:
@@ -166,6 +189,7 @@ class ReplicaOps:
         total += mixed * self._decode_comm(batch + math.ceil(chunk))
         total += (steps - mixed) * self._decode_comm(batch)
         total += steps * (self.step_overhead_s + batch * self.params.decode_s_per_token)
+        total += self.expert_alltoall(steps, steps * batch + done)
         left = None if done >= prefill.tokens else PrefillWork(
             prefill.tokens - done, prefill.sq_sum * (1 - share), prefill.prompts * (1 - share))
         return total, left
