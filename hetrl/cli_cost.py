@@ -138,8 +138,9 @@ def detail_lines(detail: dict) -> list[str]:
             figures.append(f"MFU {row['mfu']:.1%}")
         if row["hbm_utilisation"] is not None:
             figures.append(f"HBM bandwidth {row['hbm_utilisation']:.1%}")
+        ep = f" ep {row['ep']}" if "ep" in row else ""
         out.append(f"{task:<21} {row['gpus']} GPUs: {where_text(row)}; dp {row['dp']} pp "
-                   f"{row['pp']} tp {row['tp']}; {', '.join(figures)}")
+                   f"{row['pp']} tp {row['tp']}{ep}; {', '.join(figures)}")
     return out
 
 

@@ -26,6 +26,7 @@ def export_openrlhf(args: argparse.Namespace) -> int:
         given[role] = path
     workload, cluster = load_workload(args.workload), load_cluster(args.cluster)
     plan = load_plan_for(args, workload, cluster)
+    orl.check_experts_and_fp8(plan, workload)
     params = load_params(args.params, cluster)
     paths = orl.model_paths(workload, given)
     layout = orl.openrlhf_layout(plan, workload, cluster)

@@ -359,3 +359,19 @@ def test_rule_reward_without_kl_and_token_budgets(capsys, tmp_path, openrlhf_mai
     assert args.rollout.max_tokens_per_gpu == 16384 and args.ds.packing_samples
     assert "--ref.num_nodes" not in report["argv"] and "--reward.num_nodes" not in report["argv"]
     assert report["ratio"] == pytest.approx(1.0)
+
+
+def test_openrlhf_refuses_expert_parallelism_and_fp8_naming_what_it_lacks(capsys, tmp_path):
+    from hetrl.io import load_cluster, load_workload, save_plan
+    from hetrl.plan import colocated_plan
+
+    cluster_file = tmp_path / "h100x16.yaml"
+    cluster_file.write_text("name: h100x16\nnodes:\n  - {gpu: H100, count: 8, repeat: 2}\n")
+    workload, cluster = load_workload("qwen3-30b-a3b-grpo-sync"), load_cluster(str(cluster_file))
+    save_plan(colocated_plan(workload, cluster, tp=2, ep=4), tmp_path / "plan.json")
+    code, _, err = run(capsys, "export", "--to", "openrlhf", "-w", "qwen3-30b-a3b-grpo-sync",
+                       "-c", cluster_file, "-p", tmp_path / "plan.json", "--out",
+                       tmp_path / "run.sh")
+    assert_user_error(code, err, "placements[actor_generation].ep = 4",
+                      "OpenRLHF 0.11.2 has no expert parallelism")
+    assert not (tmp_path / "run.sh").exists()

@@ -457,3 +457,32 @@ def test_newlines_and_nul_are_refused(capsys, tmp_path, where):
                        tmp_path / "p.json", "--out", out, *extra)
     assert_user_error(code, err, "control characters", command="export")
     assert not out.exists()
+
+
+def test_verl_accepts_an_expert_parallel_fp8_export(capsys, tmp_path, verl_configs):
+    """Qwen3-30B-A3B with ep 4 (each expert-parallel group inside a node) and FP8 rollouts on
+    two nodes of 8 H100: Megatron's expert_model_parallel_size, the rollout's data_parallel_size
+    ep and expert_parallel_size tp x ep (verl's RolloutConfig checks that product), vLLM's fp8
+    quantisation; verl composes and builds it, and the closest plan keeps ep (ratio 1.00)."""
+    cluster_file = tmp_path / "h100x16.yaml"
+    cluster_file.write_text("name: h100x16\nnodes:\n  - {gpu: H100, count: 8, repeat: 2}\n")
+    workload_arg = _workload_file(tmp_path, "qwen3-30b-a3b-grpo-sync", gen_precision="fp8")
+    workload, cluster = load_workload(workload_arg), load_cluster(str(cluster_file))
+    save_plan(colocated_plan(workload, cluster, tp=2, ep=4), tmp_path / "plan.json")
+    out = tmp_path / "overrides.yaml"
+    code, text, err = run(capsys, "export", "--to", "verl", "-w", workload_arg, "-c",
+                          cluster_file, "-p", tmp_path / "plan.json", "--out", out, "--json")
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["ratio"] == pytest.approx(1.0)
+    flat = verl.flatten({k: v for k, v in read_mapping(out).items()
+                         if k != verl.CUSTOM_SECTION})
+    _check_keys(flat, verl_configs, report["config_name"])
+    assert flat["actor_rollout_ref.actor.megatron.expert_model_parallel_size"] == 4
+    assert flat["actor_rollout_ref.rollout.data_parallel_size"] == 4
+    assert flat["actor_rollout_ref.rollout.expert_parallel_size"] == 8
+    assert flat["actor_rollout_ref.rollout.quantization"] == "fp8"
+    built = _accepted(tmp_path, out, workload)
+    assert built["rollout"].expert_parallel_size == 8
+    layout = verl.layout_from_overrides(read_mapping(out), workload, cluster)
+    assert verl.closest_plan(layout, workload, cluster).placement("actor_training").ep == 4

@@ -39,6 +39,12 @@ def fake_model(where: Path, shape: ModelShape, arch: str) -> str:
               "head_dim": shape.head_dim, "vocab_size": shape.vocab,
               "tie_word_embeddings": shape.tied_embeddings, "max_position_embeddings": 32768,
               "torch_dtype": "bfloat16"}
+    if shape.moe is not None and qwen:  # Qwen3-MoE's config keys
+        config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                       "num_experts": shape.moe.experts,
+                       "num_experts_per_tok": shape.moe.top_k,
+                       "moe_intermediate_size": shape.moe.expert_ffn,
+                       "decoder_sparse_step": shape.moe.layer_freq, "mlp_only_layers": []})
     (where / "config.json").write_text(json.dumps(config))
     vocab = {"<unk>": 0, "<pad>": 1, "</s>": 2}
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<unk>")),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from hetrl.cost.flops import LM_HEAD_ROLES, StageShape
+from hetrl.cost.flops import LM_HEAD_ROLES, stage_shapes
 from hetrl.cost.lengths import length_stats
 from hetrl.plan import Plan
 from hetrl.spec.cluster import ClusterSpec
@@ -34,6 +34,7 @@ def where_task_runs(placement: Any, cluster: ClusterSpec) -> dict[str, Any]:
         "by_type_region": [{"gpu": g, "region": r, "count": n} for (g, r), n in groups.items()],
         "nodes": list(dict.fromkeys(d.node for d in devices)),
         "dp": placement.dp, "pp": placement.pp, "tp": placement.tp,
+        **({"ep": placement.ep} if placement.ep > 1 else {}),
         "devices": ids,
     }
 
@@ -49,20 +50,23 @@ def forward_flops_per_sample(workload: WorkloadSpec, role: str) -> float:
     causal attention scores, 4 x layers x heads x head_dim per token per earlier token, summed
     over the sequence: E[L^2] / 2 per sample."""
     model = workload.model(role)
-    shape = StageShape(model, model.layers, 1, True, True, role in LM_HEAD_ROLES,
-                       workload.bytes_per_value)
+    shape = stage_shapes(model, (model.layers,), 1, role in LM_HEAD_ROLES,
+                         workload.bytes_per_value)[0]
     L = length_stats(workload)
     return shape.matmul_flops_per_token * L.seq_mean + shape.attn_flops_per_token_ctx \
         * L.seq_sq_mean / 2
 
 
-def generation_bytes_read(workload: WorkloadSpec, dp: int, decode_steps: float) -> float:
+def generation_bytes_read(workload: WorkloadSpec, dp: int, decode_steps: float,
+                          ep: int = 1) -> float:
     """HBM bytes the rollout reads in one iteration: every replica reads its whole model's
-    weights once per decode step (``decode_steps``: the slowest replica's, applied to all
-    ``dp`` replicas), and each generated token reads the KV cache of its context (prompt plus
-    the tokens before it): E[P x R + R^2 / 2] tokens of KV per sample."""
+    weights (its 1 / ``ep`` share of the routed experts, all of them: an upper bound where a
+    step's batch uses only some) once per decode step (``decode_steps``: the slowest replica's,
+    applied to all ``dp`` replicas), and each generated token reads the KV cache of its context
+    (prompt plus the tokens before it): E[P x R + R^2 / 2] tokens of KV per sample."""
     model = workload.model("actor")
-    shape = StageShape(model, model.layers, 1, True, True, True, workload.bytes_per_value)
+    shape = stage_shapes(model, (model.layers,), 1, True, workload.bytes_per_value, ep,
+                         fp8_weights=workload.gen_fp8)[0]
     L = length_stats(workload)
     er2 = L.response_var + L.response_mean ** 2
     kv_tokens = L.prompt_mean * L.response_mean + er2 / 2
@@ -95,7 +99,7 @@ def tasks_detail(est: Any, plan: Plan, workload: WorkloadSpec,
         row: dict[str, Any] = {"kind": task.kind, **info, "seconds": seconds}
         if task.kind == "generation":
             tokens = workload.samples * L.response_mean
-            read = generation_bytes_read(workload, p.dp, est.generation_phases[2])
+            read = generation_bytes_read(workload, p.dp, est.generation_phases[2], p.ep)
             row["mfu"] = None
             row["hbm_utilisation"] = read / (seconds * hbm) if seconds > 0 else None
         else:

@@ -364,6 +364,22 @@ def check_workload(workload: WorkloadSpec, layout: OpenRLHFLayout, cluster: Clus
                         f" >= the actor's {actors} GPUs")
 
 
+def check_experts_and_fp8(plan: Plan, workload: WorkloadSpec) -> None:
+    """Refuse what OpenRLHF 0.11.2 has no flag for: expert parallelism (its DeepSpeed trainers
+    shard a mixture-of-experts model's experts with the rest under ZeRO, and its vLLM engines
+    take no expert-parallel flag) and FP8 (no quantisation flag for its vLLM engines, no FP8
+    training)."""
+    for p in plan.placements:
+        if p.ep > 1:
+            raise SpecError(f"placements[{p.task}].ep", p.ep,
+                            "OpenRLHF 0.11.2 has no expert parallelism (train_ppo_ray has no "
+                            "such flag): export a plan with ep 1, or --to verl")
+    if workload.gen_fp8 or workload.train_fp8:
+        key = "precision" if workload.train_fp8 else "gen_precision"
+        raise SpecError(key, "fp8", "OpenRLHF 0.11.2 has no FP8 rollout or training flag: "
+                        "export with bf16, or --to verl")
+
+
 # --- what OpenRLHF cannot express -----------------------------------------------------------------
 
 def differences(plan: Plan, layout: OpenRLHFLayout, closest: Plan, workload: WorkloadSpec,

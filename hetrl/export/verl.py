@@ -101,6 +101,10 @@ class VerlLayout:
     notes: tuple[str, ...] = ()
     #: Megatron's layer split of each model with pp > 1 (:func:`megatron_stages`).
     stages: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: expert parallelism of each mixture-of-experts model that has it (> 1): Megatron's
+    #: expert_model_parallel_size; for a vLLM model (rollout, reward) its data-parallel ranks
+    #: per engine, whose experts are split over tp x ep (:func:`expert_parallel`)
+    expert: Mapping[str, int] = field(default_factory=dict)
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
@@ -185,7 +189,44 @@ def verl_layout(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Ver
                 p = plan.placement(task)
                 own = tuple(p.layers_per_stage) if p.pp == layouts[model][1] else None
                 stages[model] = megatron_stages(layers, layouts[model][1], own)
-    return replace(out, notes=tuple(notes), stages=stages)  # (layouts: out's dict, amended)
+    expert = expert_parallel(plan, workload, out, notes)
+    return replace(out, notes=tuple(notes), stages=stages, expert=expert)
+
+
+#: The task whose placement gives each verl model's expert parallelism.
+TASK_OF_MODEL = {"rollout": "actor_generation", "actor": "actor_training",
+                 "ref": "reference_inference", "critic": "critic_training",
+                 "reward": "reward_inference"}
+
+
+def expert_parallel(plan: Plan, workload: WorkloadSpec, layout: VerlLayout,
+                    notes: list[str]) -> dict[str, int]:
+    """Per model of ``layout`` with experts, the expert parallelism verl runs it with: its
+    task's ``ep`` where that divides the exported layout's data parallelism (verl runs each
+    model on all of its pool's GPUs), else the largest power of two <= ep that does (a note
+    says so); Megatron models only under the megatron strategy (FSDP has none)."""
+    out = {}
+    for model, (tp, pp) in layout.layouts.items():
+        task = TASK_OF_MODEL[model]
+        shape = workload.model(workload.task(task).role)
+        if shape.moe is None:
+            continue
+        p = plan.placement(task)
+        if model not in VLLM_MODELS and layout.strategy != "megatron":
+            if p.ep > 1:
+                notes.append(f"{model}: ep {p.ep} is not exported: verl's FSDP workers have no "
+                             "expert parallelism")
+            continue
+        dp = len(layout.pool(_pool_name(layout, model)).devices) // (tp * pp)
+        ep = p.ep
+        while ep > 1 and (dp % ep or shape.moe.experts % ep):
+            ep //= 2
+        if ep != p.ep:
+            notes.append(f"{model}: ep {p.ep} does not divide the exported data parallelism "
+                         f"({dp}); exported as ep {ep}")
+        if ep > 1:
+            out[model] = ep
+    return out
 
 
 #: The models verl serves on vLLM (no pipeline parallelism).
@@ -273,7 +314,7 @@ def closest_plan(layout: VerlLayout, workload: WorkloadSpec, cluster: ClusterSpe
         placements.append(make_placement(t, pool.devices, n // (tp * pp), pp, tp, layers,
                                          layers_per_stage=layout.stages.get(
                                              model, even_layers(layers, pp)),
-                                         backend=backend))
+                                         backend=backend, ep=layout.expert.get(model, 1)))
     groups = tuple(TaskGroup(tuple(ts), p.devices) for p in layout.pools
                    for ts in [tasks_in[p.name]] if ts)
     plan = Plan(groups, tuple(placements),
@@ -319,6 +360,9 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
                        f"{len(p.device_ids)} GPUs becomes ({c.dp}, {c.pp}, {c.tp}) {c.backend} "
                        f"on {len(c.device_ids)}: verl runs each model on all of its pool's GPUs "
                        "with one layout per model")
+        if p.ep != c.ep:
+            out.append(f"{p.task}: ep {p.ep} becomes {c.ep} (verl runs one expert parallelism "
+                       "per model)")
         if p.offload:
             out.append(f"{p.task}: offload is not exported (set the fsdp_config offload keys by "
                        "hand); the closest plan does not offload")
@@ -399,6 +443,14 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
                             f"{end}_pipeline_stage") for end in ("first", "last")]
                 stages[model] = megatron_stages(layers, pp) if None in ends else \
                     (ends[0],) + ((layers - sum(ends)) // (pp - 2),) * (pp - 2) + (ends[1],)
+    expert = {}
+    for model, key in (("actor", "actor_rollout_ref.actor.megatron.expert_model_parallel_size"),
+                       ("ref", "actor_rollout_ref.ref.megatron.expert_model_parallel_size"),
+                       ("critic", "critic.megatron.expert_model_parallel_size"),
+                       ("rollout", "actor_rollout_ref.rollout.data_parallel_size"),
+                       ("reward", "reward.reward_model.rollout.data_parallel_size")):
+        if model in layouts and (get(key) or 1) > 1:
+            expert[model] = get(key)
     reward = None
     if get("reward.reward_model.enable", False):
         layouts["reward"] = (get("reward.reward_model.rollout.tensor_model_parallel_size", 1),
@@ -407,4 +459,5 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
             "global_pool"
     rollout = "rollout_pool" if get("actor_rollout_ref.hybrid_engine", True) is False else \
         "global_pool"
-    return VerlLayout(strategy, rollout, reward, pools, layouts, stages=stages)
+    return VerlLayout(strategy, rollout, reward, pools, layouts, stages=stages,
+                      expert={m: e for m, e in expert.items() if m in layouts})

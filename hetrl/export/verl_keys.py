@@ -28,7 +28,7 @@ HF_IDS = {"Qwen2.5-3B": "Qwen/Qwen2.5-3B", "Qwen2.5-7B": "Qwen/Qwen2.5-7B",
           "Llama-2-70B": "meta-llama/Llama-2-70b-hf", "Llama-3-70B": "meta-llama/Meta-Llama-3-70B",
           "Llama-3.1-70B": "meta-llama/Llama-3.1-70B", "OPT-350M": "facebook/opt-350m",
           "OPT-1.3B": "facebook/opt-1.3b", "OPT-13B": "facebook/opt-13b",
-          "OPT-66B": "facebook/opt-66b"}
+          "OPT-66B": "facebook/opt-66b", "DeepSeek-V3": "deepseek-ai/DeepSeek-V3"}
 #: The roles verl loads a model for (the reference is the actor's model: actor_rollout_ref).
 PATH_ROLES = ("actor", "critic", "reward")
 #: Where verl reads each role's model.
@@ -36,6 +36,9 @@ PATH_KEYS = {"actor": "actor_rollout_ref.model.path", "critic": "critic.model.pa
              "reward": "reward.reward_model.model_path"}
 _STAGE_KEYS = (".override_transformer_config.num_layers_in_first_pipeline_stage",
                ".override_transformer_config.num_layers_in_last_pipeline_stage")
+#: FP8 keys inside free-form mappings of verl's YAML (Megatron's TransformerConfig overrides,
+#: vLLM's engine arguments)
+_FP8_KEYS = (".override_transformer_config.fp8", "rollout.engine_kwargs.vllm.kv_cache_dtype")
 _CRITIC_ENGINE = ("use_dynamic_bsz", "micro_batch_size_per_gpu", "infer_micro_batch_size_per_gpu")
 
 
@@ -43,7 +46,8 @@ def is_new_key(key: str) -> bool:
     """Whether ``key`` is a field of verl's config dataclasses that its generated YAML lacks
     (Hydra then needs ``++key=value``; the tests check both ways against verl's YAML)."""
     return key.endswith(_STAGE_KEYS) or key == "critic.ppo_infer_max_token_len_per_gpu" or any(
-        key == f"critic.{s}.{f}" for s in ("fsdp", "megatron") for f in _CRITIC_ENGINE)
+        key == f"critic.{s}.{f}" for s in ("fsdp", "megatron") for f in _CRITIC_ENGINE) or \
+        key.endswith(_FP8_KEYS)
 
 
 def hf_id(name: str) -> str | None:
@@ -155,6 +159,7 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
                 if stages and len(set(stages)) > 1:
                     out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = stages[0]
                     out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = stages[-1]
+    out.update(_experts_and_fp8(layout, wl))
     if "critic" in layout.layouts:
         out.update(_critic(layout.strategy, wl, budgets, paths["critic"]))
     if layout.reward_pool is not None:
@@ -169,6 +174,34 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
             rp = layout.pool("reward_pool")
             out["reward.reward_model.nnodes"] = len(rp.nodes)
             out["reward.reward_model.n_gpus_per_node"] = rp.gpus_per_node
+    return out
+
+
+def _experts_and_fp8(layout, wl: WorkloadSpec) -> dict[str, Any]:
+    """Mixture of experts and FP8: Megatron's ``expert_model_parallel_size`` per model; a vLLM
+    model's expert parallelism as ``data_parallel_size`` ep with ``expert_parallel_size`` tp x ep
+    (verl's RolloutConfig requires that product); FP8 rollouts as vLLM's ``quantization: fp8``
+    with an FP8 KV cache (``engine_kwargs.vllm.kv_cache_dtype``); Megatron's FP8 recipe as
+    ``override_transformer_config.fp8: hybrid`` (e4m3 forward, e5m2 gradients)."""
+    out: dict[str, Any] = {}
+    expert = getattr(layout, "expert", {})
+    for model, prefix in (("actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
+                          ("critic", "critic")):
+        if model in expert and layout.strategy == "megatron":
+            out[f"{prefix}.megatron.expert_model_parallel_size"] = expert[model]
+    for model, prefix in (("rollout", "actor_rollout_ref.rollout"),
+                          ("reward", "reward.reward_model.rollout")):
+        if model in expert:
+            out[f"{prefix}.data_parallel_size"] = expert[model]
+            out[f"{prefix}.expert_parallel_size"] = layout.layouts[model][0] * expert[model]
+    if wl.gen_fp8:
+        out["actor_rollout_ref.rollout.quantization"] = "fp8"
+        out["actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
+    if wl.train_fp8 and layout.strategy == "megatron":
+        for model, prefix in (("actor", "actor_rollout_ref.actor"),
+                              ("ref", "actor_rollout_ref.ref"), ("critic", "critic")):
+            if model in layout.layouts:
+                out[f"{prefix}.megatron.override_transformer_config.fp8"] = "hybrid"
     return out
 
 

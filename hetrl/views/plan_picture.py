@@ -195,7 +195,8 @@ def draw_plan(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
         for t in g.tasks:
             p = plan.placement(t)
             extra = [x for x in (p.backend if p.backend != "megatron" else "",
-                                 "offload" if p.offload else "", layers_text(p)) if x]
+                                 "offload" if p.offload else "",
+                                 f"ep {p.ep}" if p.ep > 1 else "", layers_text(p)) if x]
             lines.append((f"  {t}: (dp, pp, tp) = ({p.dp}, {p.pp}, {p.tp})"
                           f"{' ' + ', '.join(extra) if extra else ''}",
                           {"color": task_colour(t), "weight": "bold"}))
