@@ -79,7 +79,8 @@ PADDING_GPU = {"name": "padding", "bf16_tflops": 1e5, "memory_gb": 1e4, "hbm_gbp
                "source": "validate_public.py: holds the tasks a component row does not measure"}
 #: Placement fields a row may set beyond the layout, and what they stand for.
 PLACEMENT_EXTRAS = {"backend": "ZeRO-3/FSDP sharding of the trained states",
-                    "offload": "FSDP parameter and optimizer offload to host memory"}
+                    "offload": "FSDP parameter and optimizer offload to host memory",
+                    "ep": "expert parallelism of a mixture-of-experts model"}
 COMPARE_KEYS = {"label", "quantity", "value", "unit", "gpus", "epoch_samples", "megatron"}
 ROW_KEYS = {"id", "kind", "split", "source", "source_key", "skip", "workload", "cluster",
             "padding", "layout", "exclude_tasks", "compare", "gaps"}
@@ -228,7 +229,7 @@ def _placement(task: str, devices: list[int], spec: Mapping[str, Any], workload:
 
 def build_plan(row: Row, workload: WorkloadSpec, cluster: ClusterSpec, measured: int) -> Plan:
     """Task groups from ``layout.groups`` (each task spans its group's devices); per task
-    ``tp``/``pp``/``backend``/``offload`` from ``layout.placements`` (``default`` for the others; dp fills
+    ``tp``/``pp``/``backend``/``offload``/``ep`` from ``layout.placements`` (``default`` for the others; dp fills
     the group). Tasks in no group go to the padding device (component rows only)."""
     names = list(workload.task_names)
     specs = row.layout.get("placements") or {}

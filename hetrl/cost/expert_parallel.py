@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hetrl.cost.flops import StageShape
 from hetrl.cost.params import CostParams
-from hetrl.cost.primitives import GroupLinks, group_links
+from hetrl.cost.primitives import GroupLinks, all_gather_time, group_links
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
 
@@ -94,4 +94,32 @@ def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
             a, b = alltoall_pieces(g, eff)
             per_stage.append(count * s.moe_layers * (calls * a + b * dispatch_bytes(s, tokens)))
         worst = max(worst, sum(per_stage) if stages_in_series else max(per_stage))
+    return worst
+
+
+def expert_gather_seconds(cluster: ClusterSpec, train: TaskPlacement,
+                          shapes: tuple[StageShape, ...], params: CostParams) -> float:
+    """Seconds a Megatron trainer with expert parallelism spends gathering its experts before
+    a weight sync: an engine (vLLM) loads whole Hugging Face tensors, so every routed expert of
+    a stage is all-gathered over the ranks that split them (verl's per-tensor weight export
+    gathers each local expert's fc1 and fc2 over the expert-parallel group): per stage and tp
+    rank, a ring all-gather over the group's ``ep`` devices whose result is the stage's experts
+    (its tp slice), one call per local expert tensor (each paying the ring's ``ep - 1``
+    latencies); the slowest group and stage, the tp ranks' gathers priced each on its own
+    links. 0 without expert parallelism."""
+    if train.ep <= 1:
+        return 0.0
+    worst = 0.0
+    eff = params.efficiency(cluster.devices[train.devices[0][0][0]].gpu.name, "link")
+    for k in range(0, train.dp, train.ep):
+        members = train.devices[k:k + train.ep]
+        for j, s in enumerate(shapes):
+            if s.moe_layers == 0:
+                continue
+            whole = s.expert_weight_bytes * train.ep  # the stage's experts, this tp slice
+            calls = s.moe_layers * 2 * s.model.moe.experts // train.ep
+            for r in range(train.tp):
+                g = group_links(cluster, tuple(m[j][r] for m in members))
+                t = all_gather_time(whole, g, eff) + (calls - 1) * (g.n - 1) * g.ring_latency_s
+                worst = max(worst, t)
     return worst

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from hetrl.cost.expert_parallel import expert_gather_seconds
 from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.memo import topology_memoised
@@ -105,7 +106,7 @@ class TransferTerms:
         group (as verl's state-dict gather does); then, like a Megatron replica's, each rank's
         full copy is a source, never shared in place."""
         key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage,
-               train.backend)
+               train.backend, gen.ep, train.ep)
         if relay:
             key += (True,)
         out = self._sync.get(key)
@@ -113,7 +114,8 @@ class TransferTerms:
             shapes = self.shapes(gen.task, gen)
             fsdp = train.backend == "fsdp"
             shared = self.workload.mode == "sync" and not fsdp
-            extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared)
+            extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared,
+                     train.ep)
             if relay:
                 extra += (True,)
             out = topology_memoised(
@@ -122,6 +124,9 @@ class TransferTerms:
                                          relay))
             if fsdp:
                 out += self._fsdp_comm_and_optimizer(train, self.shapes(train.task, train))[0][1]
+            elif train.ep > 1 and out > 0:  # the experts gathered before they are sent
+                out += expert_gather_seconds(self.cluster, train, self.shapes(train.task, train),
+                                             self.params)
             self._sync[key] = out
         return out
 

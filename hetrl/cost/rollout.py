@@ -96,12 +96,26 @@ def switch_seconds(engine_weight_bytes: float, params: CostParams, sleep_level: 
     return params.engine_switch_s + host + capture
 
 
+def moe_layer_tensors(shape: StageShape) -> int:
+    """Weight tensors of one MoE layer in a per-tensor sync (Hugging Face's layout, which verl
+    and NeMo-RL send in): a dense layer's but its MLP's three, the router, and gate, up and down
+    of every routed and shared expert."""
+    moe = shape.model.moe
+    assert moe is not None
+    return TENSORS_PER_LAYER - 3 + 1 + 3 * (moe.experts + moe.shared_experts)
+
+
 def sync_calls(shapes: tuple[StageShape, ...], params: CostParams) -> int:
     """NCCL calls to send one generation replica's weights: one per tensor of its largest stage
-    (stages receive in parallel), or one per ``sync_bucket_bytes`` when bucketed."""
+    (stages receive in parallel; an MoE layer's experts are a tensor each,
+    :func:`moe_layer_tensors`), or one per ``sync_bucket_bytes`` of the whole stage (not only a
+    rank's share: every tensor is sent) when bucketed."""
     if params.sync_bucket_bytes > 0:
-        return max(math.ceil(s.weight_bytes * s.tp / params.sync_bucket_bytes) for s in shapes)
-    return max(s.layers * TENSORS_PER_LAYER + int(s.first) + 2 * int(s.last) for s in shapes)
+        return max(math.ceil((s.weight_bytes + s.expert_weight_bytes * (s.ep - 1)) * s.tp
+                             / params.sync_bucket_bytes) for s in shapes)
+    return max((s.layers - s.moe_layers) * TENSORS_PER_LAYER
+               + (s.moe_layers * moe_layer_tensors(s) if s.moe_layers else 0)
+               + int(s.first) + 2 * int(s.last) for s in shapes)
 
 
 def sync_call_seconds(shapes: tuple[StageShape, ...], params: CostParams) -> float:

@@ -119,7 +119,8 @@ def _weight_sync(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
                  transfers: bool = True, relay: bool = False
                  ) -> tuple[float, list[Transfer], list[Transfer], list[tuple[int, float]]]:
     """(seconds, pulls, fan-out, local copies); ``transfers`` False skips building the lists."""
-    if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage:
+    if gen.devices == train.devices and gen.layers_per_stage == train.layers_per_stage \
+            and gen.ep == train.ep:
         if shared_in_place:
             return 0.0, [], [], []
         # a device-local copy reads and writes the shard: 2 x its bytes over HBM
@@ -218,7 +219,7 @@ def _stage_needs(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: 
     -- as (stage, destination) arrays of bytes and of bytes > 0. A pure function of the two
     layouts (no device ids): memoised."""
     key = (gen.dp, gen.tp, gen.layers_per_stage, gen_shapes, train.layers_per_stage)
-    out = SYNC_NEEDS.get(key)
+    out = SYNC_NEEDS.get(key)  # (gen_shapes hold gen's ep)
     if out is not None:
         return out
     tb, gb = train.layer_bounds, gen.layer_bounds
@@ -245,7 +246,11 @@ def _overlap_bytes(shape: StageShape, lo: int, hi: int, train_lo: int, train_hi:
     the final norm and head). A training stage covering the whole shard gives exactly
     ``shape.weight_bytes``."""
     m = shape.model
-    p = max(0, min(hi, train_hi) - max(lo, train_lo)) * m.params_per_layer
+    if m.moe is None:
+        per_layer = m.params_per_layer
+    else:  # the layers' mean, with only the rank's 1 / ep of the routed experts
+        per_layer = (m.layer_params_total - m.expert_params * (1 - 1 / shape.ep)) / m.layers
+    p = max(0, min(hi, train_hi) - max(lo, train_lo)) * per_layer
     if shape.first and train_first:
         p += m.vocab * m.hidden
     if shape.last and train_last:

@@ -226,7 +226,7 @@ def _link(**change):
 
 
 @pytest.mark.parametrize(("data", "field", "problem"), [
-    ({"nodes": [{"gpu": "B200"}]}, "nodes[0].gpu", "unknown GPU type; known: A100, A100-40GB"),
+    ({"nodes": [{"gpu": "B300"}]}, "nodes[0].gpu", "unknown GPU type; known: A100, A100-40GB"),
     ({"nodes": [{"gpu": "L4", "count": 0}]}, "nodes[0].count", "must be >= 1"),
     ({"nodes": [{"gpu": "L4", "count": 73}]}, "nodes[0].count", "<= 72"),
     ({"nodes": [{"gpu": "L4", "nic_gbps": 0}]}, "nodes[0].nic_gbps", "must be > 0"),

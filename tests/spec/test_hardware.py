@@ -8,15 +8,23 @@ from hetrl.errors import SpecError
 from hetrl.spec.hardware import GPUType, gpu_aliases, gpu_catalog, gpu_type
 
 # name: (bf16 dense TFLOPS, memory GB, memory GB/s, intra-node link, link GB/s per direction,
-# node NIC Gbit/s) -- the datasheet figures cited in hetrl/data/gpus.yaml.
+# node NIC Gbit/s, FP8 dense TFLOPS) -- the datasheet figures cited in hetrl/data/gpus.yaml.
+# The paper's seven types keep the values they had before FP8 was added.
 DATASHEET = {
-    "A100-80GB": (312, 80, 2039, "nvlink", 300, 400),
-    "A100-40GB": (312, 40, 1555, "nvlink", 300, 400),
-    "H100": (989, 80, 3350, "nvlink", 450, 3200),
-    "H200": (989, 141, 4800, "nvlink", 450, 3200),
-    "L40S": (362, 48, 864, "pcie", 32, 400),
-    "L4": (121, 24, 300, "pcie", 32, 100),
-    "A10G": (70, 24, 600, "pcie", 32, 100),
+    "A100-80GB": (312, 80, 2039, "nvlink", 300, 400, 0),
+    "A100-40GB": (312, 40, 1555, "nvlink", 300, 400, 0),
+    "H100": (989, 80, 3350, "nvlink", 450, 3200, 1979),
+    "H200": (989, 141, 4800, "nvlink", 450, 3200, 1979),
+    "L40S": (362, 48, 864, "pcie", 32, 400, 733),
+    "L4": (121, 24, 300, "pcie", 32, 100, 242.5),
+    "A10G": (70, 24, 600, "pcie", 32, 100, 0),
+    # the GPUs of 2026's RL runs
+    "H20": (148, 96, 4000, "nvlink", 450, 3200, 296),
+    "B200": (2250, 180, 8000, "nvlink", 900, 3200, 4500),
+    "GB200": (2500, 186, 8000, "nvlink", 900, 28800, 5000),
+    "MI300X": (1307.4, 192, 5300, "nvlink", 448, 3200, 2614.9),
+    "L20": (119.5, 48, 864, "pcie", 32, 200, 239),
+    "RTX-4090": (165.2, 24, 1008, "pcie", 32, 100, 330.3),
 }
 
 
@@ -26,11 +34,26 @@ def test_catalog_has_exactly_the_datasheet_types():
 
 @pytest.mark.parametrize("name", sorted(DATASHEET))
 def test_catalog_numbers_match_datasheets(name):
-    tflops, mem, hbm, link, link_gbps, nic = DATASHEET[name]
+    tflops, mem, hbm, link, link_gbps, nic, fp8 = DATASHEET[name]
     gpu = gpu_catalog()[name]
     assert (gpu.bf16_tflops, gpu.memory_gb, gpu.hbm_gbps) == (tflops, mem, hbm)
     assert (gpu.intra_link, gpu.intra_link_gbps, gpu.node_nic_gbps) == (link, link_gbps, nic)
+    assert gpu.fp8_tflops == fp8 and gpu.has_fp8 == (fp8 > 0)
     assert gpu.source  # every entry cites its source
+
+
+def test_a_gb200_node_is_one_nvl72_rack():
+    from hetrl.spec.cluster import ClusterSpec
+
+    rack = ClusterSpec.from_dict({"nodes": [{"gpu": "GB200", "count": 72}]})
+    assert rack.num_devices == 72 and len(rack.nodes) == 1
+
+
+@pytest.mark.parametrize("bad", [-1, "fast", True, 1e6])
+def test_a_bad_fp8_peak_names_the_field(bad):
+    with pytest.raises(SpecError, match=r"gpu\.fp8_tflops"):
+        GPUType.from_dict({"name": "X", "bf16_tflops": 100, "memory_gb": 10, "hbm_gbps": 100,
+                           "fp8_tflops": bad})
 
 
 def test_derived_units_are_si():
@@ -48,9 +71,9 @@ def test_alias_a100_is_the_80gb_part():
 
 def test_unknown_gpu_names_field_and_lists_known_names():
     with pytest.raises(SpecError) as err:
-        gpu_type("B200", field="nodes[3].gpu")
+        gpu_type("B300", field="nodes[3].gpu")
     assert err.value.field == "nodes[3].gpu"
-    assert err.value.value == "B200"
+    assert err.value.value == "B300"
     message = str(err.value)
     assert "nodes[3].gpu" in message and "unknown GPU type" in message
     for known in ("A100-80GB", "L40S", "L4", "A100"):
