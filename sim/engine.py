@@ -109,7 +109,7 @@ class Simulation:
         # each remote region, as the cost model prices them
         self.pulls, self.fan_out, self.local_copies = weight_sync_transfers(
             gen, shapes, self.placements["actor_training"], cluster, params,
-            shared_in_place=workload.mode == "sync"
+            shared_in_place=workload.mode == "sync" and not workload.gen_fp8
             and self.placements["actor_training"].backend != "fsdp", relay=plan.sync_relay)
         # the sync's NCCL call overhead and the co-located engine's sleep and wake, as priced
         devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
@@ -488,6 +488,8 @@ class Simulation:
             shape = self.model.shapes(train.task, train)[0]
             yield self.env.process(self.ring(self.dp_ring(train),
                                              shape.params * self.workload.bytes_per_value))
+        if train.ep > 1 and (self.pulls or self.local_copies):
+            yield from self.expert_gather(train)
         procs = [self.env.process(self.move(src, dst, b, "weight_sync", it, "weights"))
                  for src, dst, b in self.pulls]
         if self.local_copies:
@@ -504,6 +506,30 @@ class Simulation:
                          | {d for d, _ in self.local_copies})
         self.span("weight_sync", "task", "weight_sync", it, start, devices,
                   sum(b for _, _, b in self.pulls + self.fan_out))
+
+    def expert_gather(self, train: TaskPlacement):
+        """A trainer with expert parallelism gathers its experts before a weight sync
+        (:func:`hetrl.cost.expert_parallel.expert_gather_seconds`): per expert-parallel group,
+        stage and tp rank a ring all-gather of the stage's experts over the group's devices, all
+        at once as flows, after the per-tensor calls' latencies."""
+        shapes = self.model.shapes(train.task, train)
+        rings, waits = [], [0.0]
+        for k in range(0, train.dp, train.ep):
+            members = train.devices[k:k + train.ep]
+            for j, s in enumerate(shapes):
+                if not s.moe_layers:
+                    continue
+                calls = s.moe_layers * 2 * s.model.moe.experts // train.ep
+                for r in range(train.tp):
+                    ring = [m[j][r] for m in members]
+                    lat = max(self.net.path_latency(a, b)
+                              for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
+                    waits.append((calls - 1) * (len(ring) - 1) * lat)
+                    rings.append(self.env.process(self.ring(
+                        ring, s.expert_weight_bytes * train.ep)))
+        yield self.env.timeout(max(waits))
+        if rings:
+            yield simpy.AllOf(self.env, rings)
 
     # --- the loop ---
     def run(self, iterations: int, stop: simpy.Event | None = None) -> None:

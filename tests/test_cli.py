@@ -33,14 +33,17 @@ def test_presets_json(capsys):
     data = json.loads(out)
     assert set(data) == {"workloads", "clusters", "gpus", "models"}
     assert data["workloads"] == list(WORKLOAD_PRESETS)
-    assert len(data["workloads"]) == 16 and "qwen3-14b-grpo-async" in data["workloads"]
+    assert len(data["workloads"]) == 20 and "qwen3-14b-grpo-async" in data["workloads"]
+    assert "qwen3-30b-a3b-grpo-sync" in data["workloads"]
     assert {"tiny-ppo-sync", "tiny-grpo-async"} <= set(data["workloads"])
     assert data["clusters"] == list(CLUSTER_PRESETS)
     assert {"paper64-single-region", "paper64-multi-region-hybrid", "paper64-multi-country",
             "paper64-multi-continent"} <= set(data["clusters"])
     assert sorted(data["gpus"]) == sorted(["A100-80GB", "A100-40GB", "H100", "H200", "L40S",
-                                           "L4", "A10G"])
-    assert {"Qwen3-4B", "Qwen3-8B", "Qwen3-14B"} <= set(data["models"])
+                                           "L4", "A10G", "H20", "B200", "GB200", "MI300X",
+                                           "L20", "RTX-4090"])
+    assert {"Qwen3-4B", "Qwen3-8B", "Qwen3-14B", "Qwen3-30B-A3B", "DeepSeek-V3"} <= \
+        set(data["models"])
 
 
 def test_presets_text(capsys):
@@ -218,7 +221,7 @@ def test_option_values_are_checked_before_any_work(capsys, tmp_path):
     # a plan's layouts are its own
     code, _, err = run(capsys, "estimate", "-w", "qwen3-8b-ppo-sync", "-c", "a100x8", "-p",
                        str(tmp_path / "p.json"), "--tp", "8")
-    assert_user_error(code, err, "--tp, --pp and --dp go with --colocate")
+    assert_user_error(code, err, "--tp, --pp, --dp and --ep go with --colocate")
 
 
 def test_written_files_follow_the_umask(capsys, tmp_path):

@@ -113,7 +113,8 @@ class TransferTerms:
         if out is None:
             shapes = self.shapes(gen.task, gen)
             fsdp = train.backend == "fsdp"
-            shared = self.workload.mode == "sync" and not fsdp
+            # (an FP8 rollout holds its own quantised copy: never shared in place)
+            shared = self.workload.mode == "sync" and not fsdp and not self.workload.gen_fp8
             extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared,
                      train.ep)
             if relay:

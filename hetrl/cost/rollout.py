@@ -98,11 +98,12 @@ def switch_seconds(engine_weight_bytes: float, params: CostParams, sleep_level: 
 
 def moe_layer_tensors(shape: StageShape) -> int:
     """Weight tensors of one MoE layer in a per-tensor sync (Hugging Face's layout, which verl
-    and NeMo-RL send in): a dense layer's but its MLP's three, the router, and gate, up and down
-    of every routed and shared expert."""
+    and NeMo-RL send in): a dense layer's but its MLP's three, the router (none for a single
+    expert), and gate, up and down of every routed and shared expert."""
     moe = shape.model.moe
     assert moe is not None
-    return TENSORS_PER_LAYER - 3 + 1 + 3 * (moe.experts + moe.shared_experts)
+    router = 1 if moe.experts > 1 else 0
+    return TENSORS_PER_LAYER - 3 + router + 3 * (moe.experts + moe.shared_experts)
 
 
 def sync_calls(shapes: tuple[StageShape, ...], params: CostParams) -> int:

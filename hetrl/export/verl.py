@@ -320,7 +320,12 @@ def closest_plan(layout: VerlLayout, workload: WorkloadSpec, cluster: ClusterSpe
     plan = Plan(groups, tuple(placements),
                 Provenance(scheduler="verl-export", note=f"closest verl {VERL_VERSION} plan"),
                 made_for=made_for(workload, cluster))
-    validate(plan, workload, cluster)
+    try:
+        validate(plan, workload, cluster)
+    except SpecError as exc:  # (e.g. an FP8 rollout spread over a pool with A100s)
+        raise SpecError(f"verl's closest plan: {exc.field}", exc.value,
+                        f"{exc.problem} (verl runs each model on all of its pool's GPUs)"
+                        ) from None
     return plan
 
 

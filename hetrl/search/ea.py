@@ -36,7 +36,7 @@ from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layou
 from hetrl.search.kernels import locality_swaps
 from hetrl.search.options import SHAOptions
 from hetrl.search.polish import Polisher, PolishSpace
-from hetrl.search.space import Layout, aligned, placement_fields
+from hetrl.search.space import Layout, aligned, layout_key, placement_fields
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1
 
@@ -452,7 +452,7 @@ class Arm:
                 common = set(self.layout_options[rest[0]])
                 for t in rest[1:]:
                     common &= set(self.layout_options[t])
-                out.append((rest, sorted(common)))
+                out.append((rest, sorted(common, key=layout_key)))
         return out
 
     def stalled(self, steps: int) -> bool:

@@ -26,7 +26,7 @@ from hetrl.cost.model import CostModel
 from hetrl.plan import Plan, TaskGroup, make_placement
 from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator, Scheduler, register
 from hetrl.search.options import NoOptions, VerlOptions
-from hetrl.search.space import Layout, layouts, placement_fields, with_backends
+from hetrl.search.space import Layout, layout_key, layouts, placement_fields, with_backends
 from hetrl.spec.cluster import ClusterSpec, NodeSpec
 from hetrl.spec.workload import WorkloadSpec
 
@@ -177,7 +177,7 @@ class _VerlBase(Scheduler):
             for t in present:
                 lay = set(exact_layouts(wl, t, size[t]))
                 common = lay if common is None else common & lay
-            options[m] = (present, sorted(common or ()))
+            options[m] = (present, sorted(common or (), key=layout_key))
         if any(not opts for _, opts in options.values()):
             return False
         # start in the middle of the Megatron layouts, as before FSDP joined them (the FSDP

@@ -60,6 +60,15 @@ def expert_parallel_sizes(model: ModelShape, dp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def layout_key(lay: Layout) -> tuple:
+    """A sort key over layouts of every kind (a Megatron layout first, then its expert-parallel
+    variants by ep, then its FSDP ones by name): the order of plain tuples where they compare,
+    and no int compared with a str."""
+    if len(lay) == 3:
+        return (*lay, 0)
+    return (*lay[:3], 1 if type(lay[3]) is int else 2, lay[3])
+
+
 def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool, int]:
     """(dp, pp, tp, backend, offload, ep) of a layout."""
     if len(lay) == 3:

@@ -19,9 +19,18 @@ PRESET_NAMES = [f"qwen3-{size}-{alg}-{mode}" for size in ("4b", "8b", "14b")
 
 
 def test_exactly_the_twelve_paper_presets():
-    paper = [n for n in WORKLOAD_PRESETS if n.startswith("qwen3-")]
+    paper = [n for n in WORKLOAD_PRESETS if n.startswith("qwen3-") and "-a3b-" not in n]
     assert sorted(paper) == sorted(PRESET_NAMES)
     assert len(PRESET_NAMES) == 12
+
+
+def test_the_moe_presets_are_the_papers_settings_with_qwen3_30b_a3b():
+    for alg in ("ppo", "grpo"):
+        for mode in ("sync", "async"):
+            moe = workload_preset(f"qwen3-30b-a3b-{alg}-{mode}")
+            dense = workload_preset(f"qwen3-8b-{alg}-{mode}")
+            assert moe.model("actor").name == "Qwen3-30B-A3B" and moe.model("actor").moe
+            assert moe.with_(models=dense.models, name=dense.name) == dense
 
 
 def test_tiny_presets_are_the_real_backends_cpu_jobs():
