@@ -27,6 +27,10 @@ Each rate is also printed as a ratio to a reference loop run in the same process
 look-ups in a Python loop), so figures from different machines can be compared. Targets from
 the cost-model issue, on one core: cold >= 2000/s, warm >= 20000/s.
 
+Two more rows price the same layouts for the mixture-of-experts preset qwen3-30b-a3b-ppo-sync
+with expert parallelism 2 in every task (all-to-alls, expert-DP gradient sync, the decode's
+touched experts): no target, printed beside the dense rows.
+
 Run: ``python experiments/bench_cost_model.py [--profile]``.
 """
 
@@ -72,13 +76,15 @@ def make_plan(rng: np.random.Generator | None = None, vary: str = "weights") -> 
 
 
 def _benchmark_layouts(gen: list[int], inf: list[int], train: list[int],
-                       weights=lambda dp: None) -> Plan:
+                       weights=lambda dp: None, layers: int = 36, ep: int = 1) -> Plan:
     """The benchmark's layouts (generation tp 4 dp 10; inference tp 4 dp 2; training tp 4 pp 2
-    dp 2) on these device orders, one group each, with ``weights(dp)`` data weights."""
-    placements = [make_placement("actor_generation", gen, 10, 1, 4, 36, data_weights=weights(10))]
-    placements += [make_placement(t, inf, 2, 1, 4, 36, data_weights=weights(2))
+    dp 2) on these device orders, one group each, with ``weights(dp)`` data weights; a model of
+    ``layers`` layers, every task with expert parallelism ``ep`` (the MoE rows)."""
+    placements = [make_placement("actor_generation", gen, 10, 1, 4, layers,
+                                 data_weights=weights(10), ep=ep)]
+    placements += [make_placement(t, inf, 2, 1, 4, layers, data_weights=weights(2), ep=ep)
                    for t in INFERENCE]
-    placements += [make_placement(t, train, 2, 2, 4, 36, data_weights=weights(2))
+    placements += [make_placement(t, train, 2, 2, 4, layers, data_weights=weights(2), ep=ep)
                    for t in TRAINING]
     groups = (TaskGroup(("actor_generation",), tuple(sorted(gen))),
               TaskGroup(INFERENCE, tuple(sorted(inf))), TaskGroup(TRAINING, tuple(sorted(train))))
@@ -92,6 +98,14 @@ def new_sets_plan(rng: np.random.Generator) -> Plan:
     (replica hardware, link facts of small device sets) can be reused."""
     perm = [int(d) for d in rng.permutation(len(A100) + len(GEN))]
     return _benchmark_layouts(sorted(perm[:40]), sorted(perm[40:48]), sorted(perm[48:]))
+
+
+def moe_plan(rng: np.random.Generator | None = None) -> Plan:
+    """The benchmark's layouts for Qwen3-30B-A3B (48 layers) with expert parallelism 2 in every
+    task; with ``rng`` random data weights (a plan never seen before)."""
+    def w(dp: int) -> list[float] | None:
+        return None if rng is None else [float(x) for x in rng.uniform(0.5, 1.5, dp)]
+    return _benchmark_layouts(GEN, A100[:8], A100[8:], w, layers=48, ep=2)
 
 
 def reference_rate(repeats: int = 5) -> float:
@@ -169,6 +183,21 @@ def main() -> None:
          20000),
         ("warm-plan + validate()", best_rate(lambda i: shared.estimate(plan, check=True),
                                              args.warm), None),
+    ]
+    # the same layouts for the mixture-of-experts preset, expert parallelism 2 everywhere
+    moe_wl = workload_preset("qwen3-30b-a3b-ppo-sync")
+    moe_plans = [moe_plan(rng) for _ in range(3 * args.cold)]
+    validate(moe_plans[0], moe_wl, cluster)
+    moe_shared = CostModel(moe_wl, cluster)
+    moe_warm = [moe_plan(rng) for _ in range(64)]
+    for p in moe_warm:
+        moe_shared.estimate_uncached(p)
+    rows += [
+        ("MoE cold (random weights)", best_rate(
+            lambda i: CostModel(moe_wl, cluster).estimate(moe_plans[i], check=False),
+            args.cold), None),
+        ("MoE warm-task", best_rate(lambda i: moe_shared.estimate_uncached(moe_warm[i % 64]),
+                                    args.warm), None),
     ]
     ref_after = reference_rate()
     ref = max(ref_before, ref_after)  # best of both: noise only ever slows a loop down

@@ -206,10 +206,13 @@ def cmd_presets(args: argparse.Namespace) -> int:
     lines = ["workloads:"] + [f"  {n:<22} {d}" for n, (d, _) in WORKLOAD_PRESETS.items()]
     lines += ["clusters:"] + [f"  {n:<34} {d}" for n, (d, _) in CLUSTER_PRESETS.items()]
     lines += ["gpus:"] + [
-        f"  {g.name:<10} {g.bf16_tflops:>5g} TFLOPS  {g.memory_gb:>4g} GB  {g.hbm_gbps:>5g} GB/s  "
-        f"{g.intra_link}" for g in gpu_catalog().values()]
-    lines += ["models:"] + [f"  {m.name:<13} {m.params / 1e9:6.2f} B params"
-                            for m in model_presets().values()]
+        f"  {g.name:<10} {g.bf16_tflops:>6g} TFLOPS  {g.memory_gb:>4g} GB  {g.hbm_gbps:>5g} GB/s  "
+        f"{g.intra_link}" + (f"  FP8 {g.fp8_tflops:g} TFLOPS" if g.has_fp8 else "")
+        for g in gpu_catalog().values()]
+    lines += ["models:"] + [
+        f"  {m.name:<15} {m.params / 1e9:6.2f} B params"
+        + (f" ({m.active_params / 1e9:.2f} B active: {m.moe.experts} experts, top-{m.moe.top_k})"
+           if m.moe is not None else "") for m in model_presets().values()]
     emit(args, data, "\n".join(lines))
     return 0
 

@@ -116,7 +116,9 @@ def describe_workload(workload: WorkloadSpec) -> dict[str, Any]:
         "algorithm": workload.algorithm,
         "mode": workload.mode,
         "staleness": workload.staleness,
-        "models": {role: {"name": m.name, "params": m.params, "layers": m.layers}
+        "models": {role: {"name": m.name, "params": m.params, "layers": m.layers,
+                          **({"active_params": m.active_params, "experts": m.moe.experts,
+                              "top_k": m.moe.top_k} if m.moe is not None else {})}
                    for role, m in workload.models},
         "tasks": {t.name: {"role": t.role, "kind": t.kind, "depends_on": list(t.depends_on)}
                   for t in workload.tasks},
@@ -135,7 +137,10 @@ def format_workload(info: dict[str, Any]) -> str:
              + (f" (staleness {info['staleness']})" if info["mode"] == "async" else ""),
              f"  fingerprint {info['fingerprint']}"]
     for role, m in info["models"].items():
-        lines.append(f"  {role:<10} {m['name']} ({m['params'] / 1e9:.2f} B params, {m['layers']} layers)")
+        moe = (f", {m['active_params'] / 1e9:.2f} B active: {m['experts']} experts, "
+               f"top-{m['top_k']}") if "experts" in m else ""
+        lines.append(f"  {role:<10} {m['name']} ({m['params'] / 1e9:.2f} B params{moe}, "
+                     f"{m['layers']} layers)")
     pl, rl = info["prompt_length"], info["response_length"]
     lines.append(f"  batch: {info['batch_prompts']} prompts x {info['responses_per_prompt']} "
                  f"responses = {info['samples']} samples")

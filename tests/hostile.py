@@ -25,6 +25,28 @@ def workload_doc() -> dict[str, Any]:
     return workload_preset(WORKLOAD).to_dict()
 
 
+def moe_workload_doc() -> dict[str, Any]:
+    """The tiny workload with a mixture-of-experts model (a dense first layer, shared and
+    routed experts) and FP8 rollouts: the MoE and FP8 fields to mutate."""
+    doc = workload_doc()
+    moe = {"experts": 4, "top_k": 2, "expert_ffn": 32, "shared_experts": 1, "shared_ffn": 32,
+           "dense_layers": 1, "layer_freq": 1, "router": "softmax"}
+    for model in doc["models"].values():
+        model["moe"] = dict(moe)
+    doc["gen_precision"] = "fp8"
+    return doc
+
+
+def moe_plan_doc() -> dict[str, Any]:
+    """The tiny plan with every task at expert parallelism 2 (over its 2 replicas)."""
+    doc = plan_doc()
+    doc.pop("made_for", None)
+    for p in doc["placements"]:
+        if p["dp"] % 2 == 0:
+            p["ep"] = 2
+    return doc
+
+
 def cluster_doc() -> dict[str, Any]:
     return cluster_preset(CLUSTER).to_dict()
 

@@ -153,6 +153,27 @@ def test_workload_loader(tmp_path_factory, doc):
 
 
 @fuzz(ci_examples=40, deadline_s=10)
+@given(doc=mutations(hostile.moe_workload_doc))
+def test_moe_workload_loader(tmp_path_factory, doc):
+    """The mixture-of-experts and FP8 fields (issue 57) mutated like the rest."""
+    path = _write(_tmp(tmp_path_factory), "w.yaml", doc)
+    workload = _loads_or_refuses(lambda: load_workload(path))
+    if workload is not None:
+        assert all(m.active_params <= m.params for _, m in workload.models)
+
+
+@fuzz(ci_examples=6, deadline_s=60)
+@given(doc=mutations(hostile.moe_plan_doc))
+def test_expert_parallel_plan_commands(capsys, tmp_path_factory, doc):
+    """A plan with expert parallelism, mutated, against the tiny MoE workload."""
+    tmp = _tmp(tmp_path_factory)
+    workload = _write(tmp, "w.yaml", hostile.moe_workload_doc() | {"gen_precision": None})
+    path = _write(tmp, "p.yaml", doc)
+    _cli(capsys, "validate", "-w", workload, "-c", C, "-p", path)
+    _finite_estimate(*_cli(capsys, "estimate", "-w", workload, "-c", C, "-p", path, "--json"))
+
+
+@fuzz(ci_examples=40, deadline_s=10)
 @given(doc=mutations(hostile.cluster_doc))
 def test_cluster_loader(tmp_path_factory, doc):
     path = _write(_tmp(tmp_path_factory), "c.yaml", doc)

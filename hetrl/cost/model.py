@@ -128,6 +128,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         self._stages = facts.stages
         self._gpus: tuple[tuple[str, float], ...] = facts.gpus
         self._symmetry = facts.symmetry
+        #: per task kind whether it runs in FP8
+        self._fp8 = {k: workload.fp8_for(k) for k in ("generation", "inference", "training")}
         self._copy_groups = tables.copy_groups
         self._shapes = tables.shapes
         self._hw = tables.hw
@@ -153,7 +155,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         else:
             t = self.workload.task(task)
             kind, role = t.kind, t.role
-        fp8 = self.workload.fp8_for(kind)
+        fp8 = self._fp8[kind]
         # (the common key: no expert parallelism, no FP8)
         key = (role, p.layers_per_stage, p.tp) if p.ep == 1 and not fp8 else (
             role, p.layers_per_stage, p.tp, p.ep, fp8 and kind == "generation", fp8)
@@ -173,7 +175,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         """A task that runs in FP8 on devices without FP8 tensor cores: one violation naming
         the task, the first such device and its GPU type (none otherwise; memoised)."""
         kind = self._info[p.task][0] if p.task in self._info else self.workload.task(p.task).kind
-        if not self.workload.fp8_for(kind):
+        if not self._fp8[kind]:
             return ()
         key = ("fp8", p.task, p.devices)
         out = self._tasklevel.get(key)
