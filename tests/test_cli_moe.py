@@ -60,8 +60,8 @@ def test_fp8_on_a_gpu_without_fp8_units_exits_2_naming_task_gpu_and_why(capsys, 
 
 @pytest.mark.parametrize("workload", ["qwen3-30b-a3b-grpo-sync", "qwen3-30b-a3b-grpo-async"])
 def test_moe_presets_through_estimate_plan_simulate_show(capsys, tmp_path, workload):
-    cluster = tmp_path / "h100x16.yaml"
-    cluster.write_text("name: h100x16\nnodes:\n  - {gpu: H100, count: 8, repeat: 2}\n")
+    cluster = tmp_path / "h100x32.yaml"  # (async keeps a rollout copy: 16 GPUs are too few)
+    cluster.write_text("name: h100x32\nnodes:\n  - {gpu: H100, count: 8, repeat: 4}\n")
     plan = tmp_path / "plan.json"
     code, _, err = run(capsys, "plan", "-w", workload, "-c", cluster, "--budget-evals", "200",
                        "--seed", "0", "-o", plan)
