@@ -105,7 +105,8 @@ def register(cls: type[Figure]) -> type[Figure]:
 def load_figures() -> dict[str, Figure]:
     import importlib
 
-    for module in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig10", "scaling", "faults", "cost"):
+    for module in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig10", "scaling", "faults", "cost",
+                   "moe"):
         importlib.import_module(f"experiments.figures.{module}")
     return REGISTRY
 

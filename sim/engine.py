@@ -420,43 +420,57 @@ class Simulation:
                       ready: list[list[simpy.Event]] | None = None):
         """Reduce-scatter of gradients and all-gather of parameters in every DP group, as ring
         steps of flows over the network (all groups at once; with ``ready``, per replica and
-        stage an event, each stage's rings once all replicas' events of that stage fired)."""
+        stage an event, each stage's rings once all replicas' events of that stage fired).
+        With expert parallelism the routed experts' gradients go over the replicas that hold
+        the same experts (i, i + ep, ...), after the rest's over all dp replicas, as the cost
+        model prices them (one after the other)."""
         if p.dp == 1:
             return
         shapes = self.model.shapes(p.task, p)
-        topo = self.cluster.topology
-        groups = []  # per stage: the tp rings, bundled when they visit the same nodes in turn
         per_value = self.params.grad_bytes + self.workload.bytes_per_value
-        # (with expert parallelism the routed experts' gradients go over the replicas that
-        # hold the same experts: i, i + ep, ...; the rest over all dp replicas)
-        sets = [(range(p.dp), lambda sh: sh.params if p.ep == 1 else sh.params - sh.expert_params)]
-        if p.ep > 1:
-            sets += [(range(b, p.dp, p.ep), lambda sh: sh.expert_params) for b in range(p.ep)]
-        for j, shape in enumerate(shapes):
-            by_nodes: dict[tuple[int, ...], list[list[int]]] = {}
-            for members, params_of in sets:
-                nbytes = params_of(shape) * per_value
-                if len(members) < 2 or nbytes <= 0:
+        if p.ep == 1:
+            phases = [[(range(p.dp), [s.params * per_value for s in shapes])]]
+        else:
+            phases = [[(range(p.dp), [(s.params - s.expert_params) * per_value for s in shapes])],
+                      [(range(b, p.dp, p.ep), [s.expert_params * per_value for s in shapes])
+                       for b in range(p.ep)]]
+        start = self.env.now
+        moved = 0.0
+        for sets in phases:
+            groups = self._dp_rings(p, sets)
+            moved += sum(b * w for _, _, b, w in groups)
+
+            def stage_ring(j: int, members: list[int], nbytes: float, weight: int):
+                if ready is not None:
+                    yield simpy.AllOf(self.env, [ready[r][j] for r in range(p.dp)])
+                yield from self.ring(members, nbytes, weight)
+
+            yield simpy.AllOf(self.env, [self.env.process(stage_ring(*g)) for g in groups])
+        self.span("gradient sync", "collective", p.task, it, start,
+                  sorted({d for r in range(p.dp) for stage in p.devices[r] for d in stage}),
+                  moved)
+
+    def _dp_rings(self, p: TaskPlacement, sets: list[tuple[range, list[float]]]
+                  ) -> list[tuple[int, list[int], float, int]]:
+        """Per stage and set of replicas (with each stage's bytes), the tp rings over them as
+        (stage, ring, bytes, weight): rings that visit the same nodes in turn bundled."""
+        topo = self.cluster.topology
+        groups = []
+        for members, stage_bytes in sets:
+            if len(members) < 2:
+                continue
+            for j, nbytes in enumerate(stage_bytes):
+                if nbytes <= 0:
                     continue
-                rings = [sorted((p.devices[r][j][k] for r in members),
-                                key=lambda d: (int(topo.node_of[d]), d)) for k in range(p.tp)]
-                by_nodes = {}
-                for ring in rings:
+                by_nodes: dict[tuple[int, ...], list[list[int]]] = {}
+                for k in range(p.tp):
+                    ring = sorted((p.devices[r][j][k] for r in members),
+                                  key=lambda d: (int(topo.node_of[d]), d))
                     by_nodes.setdefault(tuple(int(topo.node_of[d]) for d in ring),
                                         []).append(ring)
                 for same in by_nodes.values():
                     groups.append((j, same[0], nbytes, len(same)))
-
-        def stage_ring(j: int, members: list[int], nbytes: float, weight: int):
-            if ready is not None:
-                yield simpy.AllOf(self.env, [ready[r][j] for r in range(p.dp)])
-            yield from self.ring(members, nbytes, weight)
-
-        start = self.env.now
-        yield simpy.AllOf(self.env, [self.env.process(stage_ring(*group)) for group in groups])
-        self.span("gradient sync", "collective", p.task, it, start,
-                  sorted({d for r in range(p.dp) for stage in p.devices[r] for d in stage}),
-                  sum(b * w for _, _, b, w in groups))
+        return groups
 
     def ring(self, members: list[int], nbytes: float, weight: int = 1):
         """(n - 1) steps each moving nbytes / n from every member to the next in the ring --

@@ -21,6 +21,7 @@ descent on levels 4-5 that lives in hetrl/search/polish.py (``Arm.polisher``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -303,7 +304,9 @@ class Arm:
         """Task ``t``'s layout on its group's ``devices`` without an evaluation: among layouts
         whose own memory fits, the most data-parallel one (least communication), and for
         generation one that leaves at least 60% of the smallest GPU's memory to the KV cache
-        when it can."""
+        when it can; for a mixture-of-experts model, among those the largest expert
+        parallelism whose groups (ep x tp GPUs) fit in one node (the all-to-alls on NVLink),
+        else none."""
         f = self.facts
         wl = self.model.workload
         fitting = self._fitting(t, devices)
@@ -311,7 +314,12 @@ class Arm:
             low = np.minimum.accumulate([f.memory[d] for d in devices])  # the smallest GPU so far
             room = [x for x in fitting if self._need(t, x) <= 0.4 * low[x[0] * x[1] * x[2] - 1]]
             fitting = room or fitting
-        return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
+        node = max(Counter(f.node[d] for d in devices).values())
+
+        def experts_inside(x: Layout) -> int:  # (0 for every layout of a dense model)
+            ep = placement_fields(x)[5]
+            return 0 if ep == 1 else ep if ep * x[2] <= node else -ep
+        return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2], experts_inside(x)))
 
     def mutate(self, g: Genotype) -> Genotype:
         rng, f = self.rng, self.facts
