@@ -313,7 +313,10 @@ def valid_cases(draw):
         for task in group_tasks:
             model = workload.model(workload.task(task).role)
             # Levels 4-5: a feasible (dp, pp, tp), uneven layers, a random device order.
-            tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if t <= len(devices)]))
+            # (tp dividing the heads, and the KV heads or a multiple of them: tiny-qwen3 has 4)
+            tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if t <= len(devices)
+                                       and model.heads % t == 0
+                                       and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]))
             pp = draw(st.integers(1, min(len(devices) // tp, model.layers)))
             dp = draw(st.integers(1, len(devices) // (tp * pp)))
             chosen = draw(st.permutations(devices))[:dp * pp * tp]

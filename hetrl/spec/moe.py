@@ -24,12 +24,17 @@ ROUTERS = ("softmax", "sigmoid")
 MAX_EXPERTS = 4_096
 
 
-def _known_keys(cls: type, data: Mapping[str, Any], field: str) -> None:
+def _from_mapping(cls: type, data: Any, field: str, required: tuple[str, ...]) -> Any:
+    """``cls(**data)`` from a mapping with only ``cls``'s keys and at least ``required``."""
+    require(isinstance(data, Mapping), field, data, "must be a mapping")
     known = set(cls.__dataclass_fields__)
     extra = sorted(set(map(str, data)) - known)
     if extra:
         raise SpecError(f"{field}.{extra[0]}", data.get(extra[0]),
                         f"unknown key; known keys: {sorted(known)}")
+    for key in required:
+        require(key in data, f"{field}.{key}", None, "is required")
+    return cls(**dict(data))
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,7 @@ class MoE:
 
     @classmethod
     def from_dict(cls, data: Any, field: str = "model.moe") -> MoE:
-        require(isinstance(data, Mapping), field, data, "must be a mapping")
-        _known_keys(cls, data, field)
-        for key in ("experts", "top_k", "expert_ffn"):
-            require(key in data, f"{field}.{key}", None, "is required")
-        return cls(**dict(data))
+        return _from_mapping(cls, data, field, ("experts", "top_k", "expert_ffn"))
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,4 @@ class MLA:
 
     @classmethod
     def from_dict(cls, data: Any, field: str = "model.mla") -> MLA:
-        require(isinstance(data, Mapping), field, data, "must be a mapping")
-        _known_keys(cls, data, field)
-        for key in ("kv_lora_rank", "rope_dim", "v_head_dim"):
-            require(key in data, f"{field}.{key}", None, "is required")
-        return cls(**dict(data))
+        return _from_mapping(cls, data, field, ("kv_lora_rank", "rope_dim", "v_head_dim"))

@@ -143,10 +143,10 @@ def test_residuals_are_the_holdout_step_rows_primary_comparisons(capsys, tmp_pat
     assert vp.RESIDUALS_PATH.read_bytes() == shipped
     out = json.loads(capsys.readouterr().out)
     assert {r["id"]: r["colocated"] for r in out["rows"]} == {"S1": True, "G1": False}
-    assert vp.main(["--json", "--only", "S1,G1,S11", *common,
+    assert vp.main(["--json", "--only", "S1,G1,W3", *common,
                     "--residuals", str(tmp_path / "r.csv")]) == 0
     capsys.readouterr()
-    (r,) = parse_residuals((tmp_path / "r.csv").read_text())  # not G1 (fit), not S11 (lengths at their caps)
+    (r,) = parse_residuals((tmp_path / "r.csv").read_text())  # not G1 (fit), not W3 (skipped)
     assert (r.id, r.split, r.kind, r.colocated, r.gpus) == ("S1", "holdout", "step", True,
                                                            ("A100-40GB",))
     ratio = next(x["ratio"] for x in out["rows"] if x["id"] == "S1")
