@@ -13,6 +13,10 @@ import yaml
 from hetrl.errors import SpecError, did_you_mean, find_name, positive, require, string
 
 INTRA_LINK_KINDS = ("nvlink", "pcie")
+#: The GPU types of the paper's testbed and the catalog's first entries: random clusters draw
+#: from these unless told otherwise (the catalog's later types, H20 to RTX-4090, came with
+#: issue 57).
+PAPER_GPU_TYPES = ("A100-80GB", "A100-40GB", "H100", "H200", "L40S", "L4", "A10G")
 
 
 @dataclass(frozen=True)

@@ -6,20 +6,22 @@ import numpy as np
 
 from hetrl.errors import require
 from hetrl.spec.cluster import ClusterSpec, NodeSpec, RegionLink
-from hetrl.spec.hardware import gpu_catalog
+from hetrl.spec.hardware import PAPER_GPU_TYPES
 
 
 def random_cluster(seed: int, num_nodes: int = 4, num_regions: int = 2,
                    gpus: tuple[str, ...] | None = None, gpus_per_node: tuple[int, ...] = (1, 2, 4, 8),
                    edge_probability: float = 0.0, name: str | None = None) -> ClusterSpec:
-    """``num_nodes`` nodes of random GPU types and sizes spread over ``num_regions`` regions.
+    """``num_nodes`` nodes of random GPU types (``gpus``; default the paper's seven,
+    :data:`~hetrl.spec.hardware.PAPER_GPU_TYPES`, so that a seed keeps its cluster as the
+    catalog grows) and sizes spread over ``num_regions`` regions.
 
     Regions are fully connected with one-way delays drawn in [1, 60] ms and per-flow bandwidth in
     [0.5, 10] Gbit/s; a node is an edge node with ``edge_probability`` (never the first node of a
     region, so every region keeps a non-edge node).
     """
     rng = np.random.default_rng(seed)
-    types = gpus or tuple(gpu_catalog())
+    types = gpus or PAPER_GPU_TYPES
     regions = [f"r{i}" for i in range(num_regions)]
     nodes = []
     for i in range(num_nodes):
@@ -61,7 +63,7 @@ def nested_random_cluster(seed: int, num_nodes: int, num_regions: int = 16,
     require(num_nodes >= 1, "num_nodes", num_nodes, "need at least one node")
     require(num_regions >= 1, "num_regions", num_regions, "need at least one region")
     require(nodes_per_region >= 1, "nodes_per_region", nodes_per_region, "must be >= 1")
-    types = gpus or tuple(gpu_catalog())
+    types = gpus or PAPER_GPU_TYPES
     nodes = []
     for i in range(num_nodes):
         rng = np.random.default_rng((seed, 0, i))

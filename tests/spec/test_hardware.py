@@ -32,6 +32,15 @@ def test_catalog_has_exactly_the_datasheet_types():
     assert set(gpu_catalog()) == set(DATASHEET)
 
 
+def test_random_clusters_keep_to_the_papers_seven_types():
+    from hetrl.spec.hardware import PAPER_GPU_TYPES
+    from hetrl.spec.random_cluster import random_cluster
+
+    assert tuple(gpu_catalog())[:7] == PAPER_GPU_TYPES
+    cluster = random_cluster(0, num_nodes=64, num_regions=4)
+    assert {d.gpu.name for d in cluster.devices} <= set(PAPER_GPU_TYPES)
+
+
 @pytest.mark.parametrize("name", sorted(DATASHEET))
 def test_catalog_numbers_match_datasheets(name):
     tflops, mem, hbm, link, link_gbps, nic, fp8 = DATASHEET[name]
