@@ -404,14 +404,9 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
     require(p.ep == 1 or p.backend == "megatron", f"{f}.ep", p.ep,
             "expert parallelism needs the megatron backend (fsdp shards over data parallelism "
             "only)")
-    if workload.fp8_for(workload.task(p.task).kind):
-        for d in p.device_ids:
-            if 0 <= d < cluster.num_devices and not cluster.devices[d].gpu.has_fp8:
-                gpu = cluster.devices[d].gpu.name
-                raise SpecError(f"{f}.devices", d,
-                                f"{p.task} runs in FP8 ({fp8_setting(workload, p.task)}) but "
-                                f"device {d} is a {gpu}, which has no FP8 tensor cores "
-                                "(fp8_tflops 0 in the GPU table)")
+    lacking = fp8_lacking(p, workload, cluster)
+    if lacking is not None:
+        raise SpecError(f"{f}.devices", *lacking)
     require(len(p.devices) == p.dp, f"{f}.devices", len(p.devices),
             f"must list dp = {p.dp} replicas")
     for i, replica in enumerate(p.devices):
@@ -456,11 +451,23 @@ def even_layers(layers: int, pp: int) -> tuple[int, ...]:
     return (base + 1,) * extra + (base,) * (pp - extra)
 
 
-def fp8_setting(workload: WorkloadSpec, task: str) -> str:
-    """The workload key that puts ``task`` in FP8 (for messages)."""
-    if workload.task(task).kind == "generation" and workload.gen_precision == "fp8":
-        return "gen_precision: fp8"
-    return "precision: fp8"
+def fp8_lacking(p: TaskPlacement, workload: WorkloadSpec, cluster: ClusterSpec
+                ) -> tuple[int, str] | None:
+    """Where a task in FP8 runs on a GPU without FP8 tensor cores: (its first such device, why),
+    naming the task, the workload key that puts it in FP8, the device and its type; None where
+    the task is not in FP8 or every device has the units (devices outside the cluster are
+    :func:`validate_placement`'s to name)."""
+    if not workload.fp8_for(workload.task(p.task).kind):
+        return None
+    for d in p.device_ids:
+        if 0 <= d < cluster.num_devices and not cluster.devices[d].gpu.has_fp8:
+            generation = workload.task(p.task).kind == "generation"
+            key = "gen_precision" if generation and workload.gen_precision == "fp8" \
+                else "precision"
+            return d, (f"{p.task} runs in FP8 ({key}: fp8) but device {d} is a "
+                       f"{cluster.devices[d].gpu.name}, which has no FP8 tensor cores "
+                       "(fp8_tflops 0 in the GPU table)")
+    return None
 
 
 def make_placement(task: str, devices: Sequence[int], dp: int, pp: int, tp: int, layers: int,

@@ -30,14 +30,19 @@ import numpy as np
 import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
-from hetrl.cost.expert_parallel import alltoalls_per_layer, dispatch_bytes, expert_group_links
+from hetrl.cost.expert_parallel import (
+    alltoalls_per_layer,
+    dispatch_bytes,
+    expert_gather_work,
+    expert_group_links,
+)
 from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
 from hetrl.cost.model_transfers import DATA_BYTES_PER_TOKEN
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.rollout import generation_concurrency, kv_capacity_tokens
-from hetrl.cost.sync import weight_sync_transfers
+from hetrl.cost.sync import weight_sync_transfers, weights_shared_in_place
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.shares import split_counts
 from hetrl.spec.cluster import ClusterSpec
@@ -109,8 +114,8 @@ class Simulation:
         # each remote region, as the cost model prices them
         self.pulls, self.fan_out, self.local_copies = weight_sync_transfers(
             gen, shapes, self.placements["actor_training"], cluster, params,
-            shared_in_place=workload.mode == "sync" and not workload.gen_fp8
-            and self.placements["actor_training"].backend != "fsdp", relay=plan.sync_relay)
+            shared_in_place=weights_shared_in_place(workload, self.placements["actor_training"]),
+            relay=plan.sync_relay)
         # the sync's NCCL call overhead and the co-located engine's sleep and wake, as priced
         devices = {p.task: frozenset(p.device_ids) for p in plan.placements}
         self.sync_overhead_s = sum(self.model.sync_overheads(
@@ -525,7 +530,8 @@ class Simulation:
         """A trainer with expert parallelism gathers its experts before a weight sync
         (:func:`hetrl.cost.expert_parallel.expert_gather_seconds`): per expert-parallel group,
         stage and tp rank a ring all-gather of the stage's experts over the group's devices, all
-        at once as flows, after the per-tensor calls' latencies."""
+        at once as flows, after the per-tensor calls' latencies
+        (:func:`hetrl.cost.expert_parallel.expert_gather_work`)."""
         shapes = self.model.shapes(train.task, train)
         rings, waits = [], [0.0]
         for k in range(0, train.dp, train.ep):
@@ -533,14 +539,13 @@ class Simulation:
             for j, s in enumerate(shapes):
                 if not s.moe_layers:
                     continue
-                calls = s.moe_layers * 2 * s.model.moe.experts // train.ep
+                whole, calls = expert_gather_work(s)
                 for r in range(train.tp):
                     ring = [m[j][r] for m in members]
                     lat = max(self.net.path_latency(a, b)
                               for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
                     waits.append((calls - 1) * (len(ring) - 1) * lat)
-                    rings.append(self.env.process(self.ring(
-                        ring, s.expert_weight_bytes * train.ep)))
+                    rings.append(self.env.process(self.ring(ring, whole)))
         yield self.env.timeout(max(waits))
         if rings:
             yield simpy.AllOf(self.env, rings)

@@ -97,16 +97,25 @@ def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
     return worst
 
 
+def expert_gather_work(shape: StageShape) -> tuple[float, int]:
+    """What one tp rank of ``shape``'s stage all-gathers over its expert-parallel group before a
+    weight sync: (bytes each rank ends with -- the stage's experts, its tp slice -- and the
+    calls, one per local expert's fc1 and fc2 in each MoE layer)."""
+    moe = shape.model.moe
+    assert moe is not None
+    return (shape.expert_weight_bytes * shape.ep,
+            shape.moe_layers * 2 * moe.experts // shape.ep)
+
+
 def expert_gather_seconds(cluster: ClusterSpec, train: TaskPlacement,
                           shapes: tuple[StageShape, ...], params: CostParams) -> float:
     """Seconds a Megatron trainer with expert parallelism spends gathering its experts before
     a weight sync: an engine (vLLM) loads whole Hugging Face tensors, so every routed expert of
     a stage is all-gathered over the ranks that split them (verl's per-tensor weight export
     gathers each local expert's fc1 and fc2 over the expert-parallel group): per stage and tp
-    rank, a ring all-gather over the group's ``ep`` devices whose result is the stage's experts
-    (its tp slice), one call per local expert tensor (each paying the ring's ``ep - 1``
-    latencies); the slowest group and stage, the tp ranks' gathers priced each on its own
-    links. 0 without expert parallelism."""
+    rank, a ring all-gather over the group's ``ep`` devices (:func:`expert_gather_work`), each
+    call paying the ring's ``ep - 1`` latencies; the slowest group and stage, the tp ranks'
+    gathers priced each on its own links. 0 without expert parallelism."""
     if train.ep <= 1:
         return 0.0
     worst = 0.0
@@ -116,8 +125,7 @@ def expert_gather_seconds(cluster: ClusterSpec, train: TaskPlacement,
         for j, s in enumerate(shapes):
             if s.moe_layers == 0:
                 continue
-            whole = s.expert_weight_bytes * train.ep  # the stage's experts, this tp slice
-            calls = s.moe_layers * 2 * s.model.moe.experts // train.ep
+            whole, calls = expert_gather_work(s)
             for r in range(train.tp):
                 g = group_links(cluster, tuple(m[j][r] for m in members))
                 t = all_gather_time(whole, g, eff) + (calls - 1) * (g.n - 1) * g.ring_latency_s

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
-from hetrl.cost.sync import weight_sync_transfers
+from hetrl.cost.sync import weight_sync_transfers, weights_shared_in_place
 from hetrl.cost.transfers import DATA_BYTES_PER_TOKEN
 from hetrl.plan import Plan, TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
@@ -128,9 +128,9 @@ def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
                                      key=lambda d: (int(node[d]), d))
                     flows += _ring_flows(members, nbytes, p.task)
     train = plan.placement("actor_training")
-    shared = workload.mode == "sync" and train.backend != "fsdp"
     pulls, fan_out, _ = weight_sync_transfers(gen, model.shapes(gen.task, gen), train, cluster,
-                                              params, shared, plan.sync_relay)
+                                              params, weights_shared_in_place(workload, train),
+                                              plan.sync_relay)
     flows += [Flow("weight sync", "weight_sync", s, d, b) for s, d, b in pulls + fan_out]
     return flows
 

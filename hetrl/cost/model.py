@@ -46,7 +46,7 @@ from hetrl.cost.transfers import (
     sync_overhead_seconds,
 )
 from hetrl.cost.workflow import iteration_time
-from hetrl.plan import Plan, TaskPlacement, fp8_setting, validate
+from hetrl.plan import Plan, TaskPlacement, fp8_lacking, validate
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.tasks import REPORTED_TASKS, WEIGHT_SYNC
 from hetrl.spec.workload import WorkloadSpec
@@ -156,15 +156,15 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             t = self.workload.task(task)
             kind, role = t.kind, t.role
         fp8 = self._fp8[kind]
+        fp8_weights = fp8 and kind == "generation"  # (training keeps BF16 master weights)
         # (the common key: no expert parallelism, no FP8)
         key = (role, p.layers_per_stage, p.tp) if p.ep == 1 and not fp8 else (
-            role, p.layers_per_stage, p.tp, p.ep, fp8 and kind == "generation", fp8)
+            role, p.layers_per_stage, p.tp, p.ep, fp8_weights, fp8)
         out = self._shapes.get(key)
         if out is None:
             out = stage_shapes(self.workload.model(role), p.layers_per_stage, p.tp,
                                role in LM_HEAD_ROLES, self.workload.bytes_per_value, p.ep,
-                               self.params.moe_load_imbalance, fp8 and kind == "generation",
-                               fp8)
+                               self.params.moe_load_imbalance, fp8_weights, fp8)
             # roles of equal stage shapes (e.g. reward and critic of one model) share one
             # object, so their engines, replica prices and task costs are shared too
             out = self._shapes.setdefault(("equal", out), out)
@@ -172,21 +172,16 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         return out
 
     def fp8_violations(self, p: TaskPlacement) -> tuple[str, ...]:
-        """A task that runs in FP8 on devices without FP8 tensor cores: one violation naming
-        the task, the first such device and its GPU type (none otherwise; memoised)."""
+        """A task that runs in FP8 on devices without FP8 tensor cores: one violation, what
+        :func:`~hetrl.plan.fp8_lacking` says (none otherwise; memoised)."""
         kind = self._info[p.task][0] if p.task in self._info else self.workload.task(p.task).kind
         if not self._fp8[kind]:
             return ()
         key = ("fp8", p.task, p.devices)
         out = self._tasklevel.get(key)
         if out is None:
-            devices = self.cluster.devices
-            lacking = [d for d in p.device_ids if not devices[d].gpu.has_fp8]
-            out = () if not lacking else (
-                f"{p.task} runs in FP8 ({fp8_setting(self.workload, p.task)}) but device "
-                f"{lacking[0]} is a {devices[lacking[0]].gpu.name}, which has no FP8 tensor "
-                "cores",)
-            self._tasklevel[key] = out
+            lacking = fp8_lacking(p, self.workload, self.cluster)
+            out = self._tasklevel[key] = () if lacking is None else (lacking[1],)
         return out
 
     def hw(self, replica: tuple[tuple[int, ...], ...]) -> ReplicaHW:

@@ -14,7 +14,7 @@ from hetrl.cost.flops import StageShape
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.memo import topology_memoised
 from hetrl.cost.params import CostParams
-from hetrl.cost.sync import pair_factors, weight_sync_time
+from hetrl.cost.sync import pair_factors, weight_sync_time, weights_shared_in_place
 from hetrl.cost.transfers import (  # (re-exported: importers of this module's names)
     DATA_BYTES_PER_TOKEN,
     dp_links,
@@ -113,8 +113,7 @@ class TransferTerms:
         if out is None:
             shapes = self.shapes(gen.task, gen)
             fsdp = train.backend == "fsdp"
-            # (an FP8 rollout holds its own quantised copy: never shared in place)
-            shared = self.workload.mode == "sync" and not fsdp and not self.workload.gen_fp8
+            shared = weights_shared_in_place(self.workload, train)
             extra = (gen.layers_per_stage, train.layers_per_stage, shapes, self.params, shared,
                      train.ep)
             if relay:

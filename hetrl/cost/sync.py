@@ -37,8 +37,16 @@ from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import device_efficiency
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
 
 Transfer = tuple[int, int, float]  # (source device, destination device, bytes)
+
+
+def weights_shared_in_place(workload: WorkloadSpec, train: TaskPlacement) -> bool:
+    """Whether the trainer's weights serve the rollout in place where the two layouts are the
+    same on the same devices: in sync mode, from a Megatron trainer (an FSDP trainer's shards
+    are gathered first), into a BF16 rollout (an FP8 one holds its own quantised copy)."""
+    return workload.mode == "sync" and train.backend != "fsdp" and not workload.gen_fp8
 
 
 def weight_sync_time(gen: TaskPlacement, gen_shapes: tuple[StageShape, ...], train: TaskPlacement,

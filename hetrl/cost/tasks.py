@@ -280,17 +280,14 @@ def _drain(shapes: tuple[StageShape, ...], hw: ReplicaHW, m: float, L: LengthSta
     batch = ms / np.maximum(weight, 1e-300)
     comp = mem = tp = 0.0
     for margin, w_s, fk_w, kv_w_total, pieces, experts in consts:
+        # weight-read seconds per step: constant, or (MoE) the experts each step's batch uses
+        w_steps = w_s if experts is None else experts[0].decode_weight_bytes(batch) / experts[1]
+        is_comp = batch * margin >= w_steps  # FLOPs >= weight + KV reads
+        flops_c, kv_c = fk_w @ is_comp
+        comp += m * float(flops_c)
         if experts is None:
-            is_comp = batch * margin >= w_s  # FLOPs >= weight + KV reads
-            flops_c, kv_c = fk_w @ is_comp
-            comp += m * float(flops_c)
             mem += w_s * (steps - float(weight @ is_comp)) + m * (kv_w_total - float(kv_c))
-        else:  # a step reads the experts its batch uses: weight seconds per step vary
-            expert_s, unused, group = experts
-            w_steps = w_s - expert_s * unused ** (group * batch)
-            is_comp = batch * margin >= w_steps
-            flops_c, kv_c = fk_w @ is_comp
-            comp += m * float(flops_c)
+        else:
             mem += float((weight * w_steps) @ ~is_comp) + m * (kv_w_total - float(kv_c))
         if pieces is not None:
             tp += float((pieces @ wx).min(axis=0).sum())
@@ -303,9 +300,9 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
     """Per stage (FLOP minus KV-read seconds per sequence per step, weight-read seconds per
     step, survival-weighted FLOP and KV arrays stacked, the latter's total, TP all-reduce pieces
     as rows (a, b): a x weight + b x m x survival, and where a step reads only the experts its
-    batch uses (:meth:`StageShape.decode_weight_bytes`) (routed experts' read seconds, 1 - top_k
-    / experts, ep), else None), log P(len < s), survival, its sum, the boundaries' summed
-    latency and seconds per sequence (memoised)."""
+    batch uses (the stage shape, whose :meth:`StageShape.decode_weight_bytes` says how many
+    bytes, and the achieved HBM bytes/s), else None), log P(len < s), survival, its sum, the
+    boundaries' summed latency and seconds per sequence (memoised)."""
     key = ("drain", shapes, hw, L, params)
     out = TASK_TERMS.get(key)
     if out is not None:
@@ -322,10 +319,7 @@ def _drain_consts(shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
         pieces = [(2 * s.layers * a, 2 * s.layers * b * h * bpv)
                   for a, b in all_reduce_pieces(st.tp, eff(st.gpu, "link"))]
         fk_w = np.stack([surv * fl, surv * kv])
-        experts = None
-        if s.experts_touched_vary:
-            moe = s.model.moe
-            experts = (s.expert_weight_bytes / hbm, 1.0 - moe.top_k / moe.experts, float(s.ep))
+        experts = (s, hbm) if s.experts_touched_vary else None
         consts.append((fl - kv, s.weight_bytes / hbm, fk_w, float(surv @ kv),
                        np.array(pieces) if pieces else None, experts))
     with np.errstate(divide="ignore"):

@@ -57,6 +57,7 @@ from hetrl.export.verl_keys import (  # noqa: F401 (re-exported: verl.overrides,
     CONFIG_NAMES,
     CUSTOM_SECTION,
     DEFAULT_GPU_MEMORY_UTILIZATION,
+    MEGATRON_MODELS,
     command_line,
     flatten,
     model_paths,
@@ -449,11 +450,10 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
                 stages[model] = megatron_stages(layers, pp) if None in ends else \
                     (ends[0],) + ((layers - sum(ends)) // (pp - 2),) * (pp - 2) + (ends[1],)
     expert = {}
-    for model, key in (("actor", "actor_rollout_ref.actor.megatron.expert_model_parallel_size"),
-                       ("ref", "actor_rollout_ref.ref.megatron.expert_model_parallel_size"),
-                       ("critic", "critic.megatron.expert_model_parallel_size"),
-                       ("rollout", "actor_rollout_ref.rollout.data_parallel_size"),
-                       ("reward", "reward.reward_model.rollout.data_parallel_size")):
+    for model, key in ([(m, f"{prefix}.megatron.expert_model_parallel_size")
+                        for m, prefix in MEGATRON_MODELS]
+                       + [("rollout", "actor_rollout_ref.rollout.data_parallel_size"),
+                          ("reward", "reward.reward_model.rollout.data_parallel_size")]):
         if model in layouts and (get(key) or 1) > 1:
             expert[model] = get(key)
     reward = None

@@ -34,6 +34,9 @@ PATH_ROLES = ("actor", "critic", "reward")
 #: Where verl reads each role's model.
 PATH_KEYS = {"actor": "actor_rollout_ref.model.path", "critic": "critic.model.path",
              "reward": "reward.reward_model.model_path"}
+#: The models verl may train or score with Megatron, and the prefix of their config keys.
+MEGATRON_MODELS = (("actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
+                   ("critic", "critic"))
 _STAGE_KEYS = (".override_transformer_config.num_layers_in_first_pipeline_stage",
                ".override_transformer_config.num_layers_in_last_pipeline_stage")
 #: FP8 keys inside free-form mappings of verl's YAML (Megatron's TransformerConfig overrides,
@@ -149,8 +152,7 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
     else:
         out["trainer.v1.trainer_mode"] = "colocate_async"
     if layout.strategy == "megatron":
-        for model, prefix in (("actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
-                              ("critic", "critic")):
+        for model, prefix in MEGATRON_MODELS:
             if model in layout.layouts:
                 tp, pp = layout.layouts[model]
                 out[f"{prefix}.megatron.tensor_model_parallel_size"] = tp
@@ -184,9 +186,8 @@ def _experts_and_fp8(layout, wl: WorkloadSpec) -> dict[str, Any]:
     with an FP8 KV cache (``engine_kwargs.vllm.kv_cache_dtype``); Megatron's FP8 recipe as
     ``override_transformer_config.fp8: hybrid`` (e4m3 forward, e5m2 gradients)."""
     out: dict[str, Any] = {}
-    expert = getattr(layout, "expert", {})
-    for model, prefix in (("actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
-                          ("critic", "critic")):
+    expert = layout.expert
+    for model, prefix in MEGATRON_MODELS:
         if model in expert and layout.strategy == "megatron":
             out[f"{prefix}.megatron.expert_model_parallel_size"] = expert[model]
     for model, prefix in (("rollout", "actor_rollout_ref.rollout"),
@@ -198,8 +199,7 @@ def _experts_and_fp8(layout, wl: WorkloadSpec) -> dict[str, Any]:
         out["actor_rollout_ref.rollout.quantization"] = "fp8"
         out["actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
     if wl.train_fp8 and layout.strategy == "megatron":
-        for model, prefix in (("actor", "actor_rollout_ref.actor"),
-                              ("ref", "actor_rollout_ref.ref"), ("critic", "critic")):
+        for model, prefix in MEGATRON_MODELS:
             if model in layout.layouts:
                 out[f"{prefix}.megatron.override_transformer_config.fp8"] = "hybrid"
     return out

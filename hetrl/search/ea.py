@@ -314,9 +314,11 @@ class Arm:
             low = np.minimum.accumulate([f.memory[d] for d in devices])  # the smallest GPU so far
             room = [x for x in fitting if self._need(t, x) <= 0.4 * low[x[0] * x[1] * x[2] - 1]]
             fitting = room or fitting
-        node = max(Counter(f.node[d] for d in devices).values())
+        if wl.model(wl.task(t).role).moe is None:
+            return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2]))
+        node = max(Counter(f.node[d] for d in devices).values())  # most GPUs in one node
 
-        def experts_inside(x: Layout) -> int:  # (0 for every layout of a dense model)
+        def experts_inside(x: Layout) -> int:
             ep = placement_fields(x)[5]
             return 0 if ep == 1 else ep if ep * x[2] <= node else -ep
         return max(fitting, key=lambda x: (x[0], -x[1], x[0] * x[1] * x[2], experts_inside(x)))

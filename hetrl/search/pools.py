@@ -53,7 +53,7 @@ def _megatron(options: list[Layout]) -> list[Layout]:
     """The Megatron layouts among ``options`` (all of them if there is none): where the
     baselines' descents start, as they did before the FSDP variants joined the space (expert
     parallelism, an int fourth element, is Megatron's)."""
-    return [x for x in options if len(x) == 3 or type(x[3]) is int] or options
+    return [x for x in options if placement_fields(x)[3] == "megatron"] or options
 
 
 def _middle(options: list[Layout]) -> Layout:
