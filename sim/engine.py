@@ -35,6 +35,7 @@ from hetrl.cost.expert_parallel import (
     dispatch_bytes,
     expert_gather_work,
     expert_group_links,
+    gradient_groups,
 )
 from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
@@ -431,14 +432,8 @@ class Simulation:
         model prices them (one after the other)."""
         if p.dp == 1:
             return
-        shapes = self.model.shapes(p.task, p)
-        per_value = self.params.grad_bytes + self.workload.bytes_per_value
-        if p.ep == 1:
-            phases = [[(range(p.dp), [s.params * per_value for s in shapes])]]
-        else:
-            phases = [[(range(p.dp), [(s.params - s.expert_params) * per_value for s in shapes])],
-                      [(range(b, p.dp, p.ep), [s.expert_params * per_value for s in shapes])
-                       for b in range(p.ep)]]
+        phases = gradient_groups(p, self.model.shapes(p.task, p),
+                                 self.params.grad_bytes + self.workload.bytes_per_value)
         start = self.env.now
         moved = 0.0
         for sets in phases:

@@ -97,6 +97,20 @@ def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
     return worst
 
 
+def gradient_groups(p: TaskPlacement, shapes: tuple[StageShape, ...], bytes_per_param: float
+                    ) -> list[list[tuple[range, list[float]]]]:
+    """The data-parallel gradient syncs of a training placement, in the order they run: per
+    phase, (the replicas of one group, each stage's bytes per rank). One phase over all dp
+    replicas without expert parallelism; with it, the non-expert parameters over all dp
+    replicas, then each rank's experts over the dp / ep replicas that hold the same ones
+    (i, i + ep, ...), as :func:`hetrl.cost.forward.dp_optimizer_step_seconds` prices them."""
+    if p.ep == 1:
+        return [[(range(p.dp), [s.params * bytes_per_param for s in shapes])]]
+    return [[(range(p.dp), [(s.params - s.expert_params) * bytes_per_param for s in shapes])],
+            [(range(b, p.dp, p.ep), [s.expert_params * bytes_per_param for s in shapes])
+             for b in range(p.ep)]]
+
+
 def expert_gather_work(shape: StageShape) -> tuple[float, int]:
     """What one tp rank of ``shape``'s stage all-gathers over its expert-parallel group before a
     weight sync: (bytes each rank ends with -- the stage's experts, its tp slice -- and the

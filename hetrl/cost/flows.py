@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
+from hetrl.cost.expert_parallel import gradient_groups
 from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.sync import weight_sync_transfers, weights_shared_in_place
@@ -120,13 +122,14 @@ def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
             micro = max(1, math.ceil(samples / p.dp / max(workload.micro_batch_size, 1)))
             members = sorted((r[0][0] for r in p.devices), key=lambda d: (int(node[d]), d))
             flows += _ring_flows(members, ring_bytes * micro, p.task)
-        elif kind == "training":
-            for j, shape in enumerate(shapes):
-                nbytes = shape.params * (params.grad_bytes + bpv) * workload.optimizer_steps
-                for k in range(p.tp):
-                    members = sorted((p.devices[r][j][k] for r in range(p.dp)),
-                                     key=lambda d: (int(node[d]), d))
-                    flows += _ring_flows(members, nbytes, p.task)
+        elif kind == "training":  # (experts over their own groups: gradient_groups)
+            for replicas, stage_bytes in chain.from_iterable(
+                    gradient_groups(p, shapes, params.grad_bytes + bpv)):
+                for j, nbytes in enumerate(stage_bytes):
+                    for k in range(p.tp):
+                        members = sorted((p.devices[r][j][k] for r in replicas),
+                                         key=lambda d: (int(node[d]), d))
+                        flows += _ring_flows(members, nbytes * workload.optimizer_steps, p.task)
     train = plan.placement("actor_training")
     pulls, fan_out, _ = weight_sync_transfers(gen, model.shapes(gen.task, gen), train, cluster,
                                               params, weights_shared_in_place(workload, train),
