@@ -11,11 +11,19 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3Model
+from transformers import (
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3Model,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+    Qwen3MoeModel,
+)
 from transformers.masking_utils import create_causal_mask
 
 from hetrl.errors import positive_int, require
 from hetrl.spec.model import ModelShape
+from hetrl.spec.moe import MoE
 from real.tokenizer import BOS, EOS, PAD, ByteTokenizer
 
 #: The keyword that passes a KV cache to a transformers model's forward: ``cache`` in recent
@@ -30,7 +38,9 @@ CACHE_KWARG = ("cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward)
 
 @dataclass(frozen=True)
 class TinyModelSpec:
-    """Shape of a tiny Qwen3 decoder (SwiGLU, GQA, RMSNorm, q/k norms, untied head)."""
+    """Shape of a tiny Qwen3 decoder (SwiGLU, GQA, RMSNorm, q/k norms, untied head); with
+    ``experts`` > 0 a Qwen3-MoE one: every layer's MLP is ``experts`` SwiGLU experts of width
+    ``expert_ffn``, ``top_k`` per token (softmax router, top-k weights renormalised)."""
 
     hidden: int = 64
     layers: int = 4
@@ -41,19 +51,33 @@ class TinyModelSpec:
     vocab: int = ByteTokenizer().vocab_size
     max_positions: int = 512
     name: str = "tiny-qwen3"
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
 
     def __post_init__(self) -> None:
         for key in ("hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab",
                     "max_positions"):
             positive_int(f"spec.{key}", getattr(self, key))
+        if self.experts:
+            for key in ("experts", "top_k", "expert_ffn"):
+                positive_int(f"spec.{key}", getattr(self, key))
+            require(self.top_k <= self.experts, "spec.top_k", self.top_k,
+                    f"must be <= experts ({self.experts})")
         require(self.heads % self.kv_heads == 0, "spec.kv_heads", self.kv_heads,
                 f"must divide heads ({self.heads})")
         require(self.vocab > EOS, "spec.vocab", self.vocab, f"must be > {EOS} (the special ids)")
 
 
-def qwen3_config(spec: TinyModelSpec) -> Qwen3Config:
-    """The Hugging Face config of ``spec`` (untied embeddings, byte-tokenizer special ids)."""
-    return Qwen3Config(
+def qwen3_config(spec: TinyModelSpec) -> Qwen3Config | Qwen3MoeConfig:
+    """The Hugging Face config of ``spec`` (untied embeddings, byte-tokenizer special ids): a
+    Qwen3-MoE one when it has experts."""
+    moe = {}
+    if spec.experts:
+        moe = dict(num_experts=spec.experts, num_experts_per_tok=spec.top_k,
+                   moe_intermediate_size=spec.expert_ffn, norm_topk_prob=True,
+                   decoder_sparse_step=1, mlp_only_layers=[])
+    return (Qwen3MoeConfig if spec.experts else Qwen3Config)(
         vocab_size=spec.vocab,
         hidden_size=spec.hidden,
         intermediate_size=spec.ffn,
@@ -66,26 +90,27 @@ def qwen3_config(spec: TinyModelSpec) -> Qwen3Config:
         pad_token_id=PAD,
         bos_token_id=BOS,
         eos_token_id=EOS,
+        **moe,
     )
 
 
-def build_causal_lm(spec: TinyModelSpec, seed: int) -> Qwen3ForCausalLM:
+def build_causal_lm(spec: TinyModelSpec, seed: int) -> Qwen3ForCausalLM | Qwen3MoeForCausalLM:
     """A randomly initialised causal LM; the same ``seed`` gives the same weights.
 
     The global torch RNG is forked, so building a model does not disturb it.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return Qwen3ForCausalLM(qwen3_config(spec))
+        return (Qwen3MoeForCausalLM if spec.experts else Qwen3ForCausalLM)(qwen3_config(spec))
 
 
 class ValueModel(nn.Module):
     """A Qwen3 backbone with a scalar head: the critic and the reward model."""
 
-    def __init__(self, config: Qwen3Config):
+    def __init__(self, config: Qwen3Config | Qwen3MoeConfig):
         super().__init__()
         self.config = config
-        self.model = Qwen3Model(config)
+        self.model = (Qwen3MoeModel if isinstance(config, Qwen3MoeConfig) else Qwen3Model)(config)
         self.value_head = nn.Linear(config.hidden_size, 1)
         nn.init.normal_(self.value_head.weight, std=config.initializer_range)
         nn.init.zeros_(self.value_head.bias)
@@ -113,7 +138,8 @@ def model_shape(spec: TinyModelSpec) -> ModelShape:
     """
     return ModelShape(name=spec.name, layers=spec.layers, hidden=spec.hidden, ffn=spec.ffn,
                       heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-                      vocab=spec.vocab, tied_embeddings=False)
+                      vocab=spec.vocab, tied_embeddings=False,
+                      moe=MoE(spec.experts, spec.top_k, spec.expert_ffn) if spec.experts else None)
 
 
 def qk_norm_params(spec: TinyModelSpec) -> int:

@@ -9,6 +9,14 @@ Megatron (local layer spec, tensor parallel 1) fuses per layer:
 * ``linear_fc1.weight`` [2 * F, H]: gate_proj's F rows, then up_proj's (SwiGLU ``silu(gate) *
   up``, Megatron's ``gated_linear_unit``).
 
+A Qwen3-MoE layer (``spec.experts`` > 0) has no dense MLP: its router ``mlp.gate.weight``
+[E, H] becomes ``mlp.router.weight``, and transformers' stacked experts ``mlp.experts.
+gate_up_proj`` [E, 2 F_e, H] (gate rows, then up rows) and ``down_proj`` [E, H, F_e] become each
+expert's ``mlp.experts.local_experts.{e}.linear_fc1.weight`` [2 F_e, H] and ``linear_fc2.weight``
+[H, F_e] (megatron-core's SequentialMLP, numbered over all E experts here; a rank of an
+expert-parallel group keeps and renumbers its own, :func:`~real.engines.megatron_parallel.
+expert_slice`).
+
 Every other tensor is renamed unchanged. The value model's ``value_head`` (weight [1, H], bias
 [1]) becomes ``output_layer`` (see :mod:`real.engines.megatron_engine`). Both directions are
 exact (slicing and concatenation only), so ``megatron_to_hf(hf_to_megatron(s)) == s``.
@@ -44,6 +52,9 @@ GLOBAL_RENAMES = {
 }
 QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
 FC1 = ("mlp.gate_proj.weight", "mlp.up_proj.weight")
+#: a Qwen3-MoE layer's router and stacked experts (HF names after ``model.layers.{i}.``)
+MOE = ("mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+_MEG_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$")
 _HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _MEG_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 
@@ -93,11 +104,20 @@ def hf_to_megatron(state: Mapping[str, torch.Tensor], spec: TinyModelSpec) -> di
             raise SpecError("state", name, "is not a Qwen3 weight this converter knows")
     for i, parts in sorted(layers.items()):
         prefix = f"decoder.layers.{i}."
-        missing = [k for k in QKV + FC1 if k not in parts]
+        mlp = MOE if spec.experts else FC1
+        missing = [k for k in QKV + mlp if k not in parts]
         require(not missing, f"model.layers.{i}", missing, "are missing from the state dict")
         out[prefix + "self_attention.linear_qkv.weight"] = fuse_qkv(*(parts.pop(k) for k in QKV),
                                                                     spec=spec)
-        out[prefix + "mlp.linear_fc1.weight"] = torch.cat([parts.pop(k) for k in FC1], dim=0)
+        if spec.experts:
+            router, gate_up, down = (parts.pop(k) for k in MOE)
+            out[prefix + "mlp.router.weight"] = router
+            for e in range(gate_up.shape[0]):
+                expert = f"{prefix}mlp.experts.local_experts.{e}."
+                out[expert + "linear_fc1.weight"] = gate_up[e].clone()
+                out[expert + "linear_fc2.weight"] = down[e].clone()
+        else:
+            out[prefix + "mlp.linear_fc1.weight"] = torch.cat([parts.pop(k) for k in FC1], dim=0)
         for key, tensor in parts.items():
             if key not in LAYER_RENAMES:
                 raise SpecError("state", f"model.layers.{i}.{key}",
@@ -118,6 +138,7 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], spec: TinyModelSpec,
     back = {GLOBAL_RENAMES[k]: k for k in ("model.embed_tokens.weight", "model.norm.weight") + heads}
     layer_back = {v: k for k, v in LAYER_RENAMES.items()}
     out: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[int, torch.Tensor]] = {}  # HF stacked name -> expert -> tensor
     for name, tensor in state.items():
         if name.endswith("_extra_state"):
             continue
@@ -128,7 +149,13 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], spec: TinyModelSpec,
             out[back[name]] = tensor
             continue
         prefix, key = f"model.layers.{m.group(1)}.", m.group(2)
-        if key == "self_attention.linear_qkv.weight":
+        e = _MEG_EXPERT.match(key) if spec.experts else None
+        if e:
+            stacked = prefix + (MOE[1] if e.group(2) == "linear_fc1" else MOE[2])
+            experts.setdefault(stacked, {})[int(e.group(1))] = tensor
+        elif key == "mlp.router.weight" and spec.experts:
+            out[prefix + MOE[0]] = tensor
+        elif key == "self_attention.linear_qkv.weight":
             for hf_key, part in zip(QKV, split_qkv(tensor, spec), strict=True):
                 out[prefix + hf_key] = part
         elif key == "mlp.linear_fc1.weight":
@@ -140,4 +167,8 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], spec: TinyModelSpec,
             out[prefix + layer_back[key]] = tensor
         else:
             raise SpecError("state", name, "is not a GPTModel weight this converter knows")
+    for stacked, by_expert in experts.items():
+        require(sorted(by_expert) == list(range(spec.experts)), stacked, sorted(by_expert),
+                f"must hold every expert 0..{spec.experts - 1} (gather them first)")
+        out[stacked] = torch.stack([by_expert[e] for e in range(spec.experts)])
     return out

@@ -55,6 +55,8 @@ from real.engines.base import Extras, RolloutBatch
 from real.engines.megatron_convert import hf_to_megatron, megatron_to_hf
 from real.engines.megatron_parallel import (
     MegatronGrid,
+    expert_slice,
+    global_expert_name,
     mark_tensor_parallel,
     padded_vocab,
     process_group_collection,
@@ -66,6 +68,7 @@ from real.engines.megatron_parallel import (
 )
 from real.engines.megatron_support import (
     OnReceive,
+    counting_alltoalls,
     cpu_shims,
     one_process_world,
     reporting_p2p,
@@ -86,6 +89,12 @@ def import_megatron() -> Any:
             import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401
     except ImportError as exc:
         raise HetrlError(f"{INSTALL_HINT} ({exc})") from None
+    from megatron.core.transformer.moe import moe_utils
+
+    # megatron-core 0.16.1 binds te_general_gemm only when Transformer Engine imports, yet its
+    # router reads it either way (a NameError without TE): absent means None, its torch path
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
     return megatron.core
 
 
@@ -108,11 +117,25 @@ def transformer_config(spec: TinyModelSpec, grid: MegatronGrid | None = None) ->
         bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
         num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last,
-        calculate_per_token_loss=True,
+        calculate_per_token_loss=True, **moe_config(spec, grid.ep if grid else 1),
     )
     # set after __post_init__, whose check of it concerns MoE token dispatchers only
     config.variable_seq_lengths = True
     return config
+
+
+def moe_config(spec: TinyModelSpec, ep: int) -> dict[str, Any]:
+    """TransformerConfig's mixture-of-experts fields for a Qwen3-MoE ``spec`` split over ``ep``
+    ranks (none for a dense one): every layer MoE, top-k of the router's logits then a softmax
+    over them (= transformers' softmax, top-k, renormalise), no auxiliary loss (the torch
+    trainer has none), dropless, the all-to-all token dispatcher, one GEMM per expert."""
+    if not spec.experts:
+        return {}
+    return dict(num_moe_experts=spec.experts, moe_router_topk=spec.top_k,
+                moe_ffn_hidden_size=spec.expert_ffn, expert_model_parallel_size=ep,
+                moe_token_dispatcher_type="alltoall", moe_router_load_balancing_type="none",
+                moe_aux_loss_coeff=0.0, moe_grouped_gemm=False, moe_router_pre_softmax=False,
+                moe_permute_fusion=False)
 
 
 class ValueHead(nn.Linear):
@@ -140,7 +163,9 @@ def build_gpt_model(spec: TinyModelSpec, value_model: bool = False,
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        layer_spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+        layer_spec = get_gpt_layer_local_spec(num_experts=spec.experts or None,
+                                              moe_grouped_gemm=False, qk_layernorm=True,
+                                              normalization="RMSNorm")
     pp = grid.pp if grid else 1
     model = GPTModel(transformer_config(spec, grid), layer_spec,
                      vocab_size=padded_vocab(spec.vocab, grid.tp if grid else 1),
@@ -179,7 +204,8 @@ class MegatronTrainer:
         if grid is None:
             require(stages is None, "stages", stages, "need the task's grid (pipeline stages "
                     "run in a world with one process per stage)")
-            grid, device_id = MegatronGrid("alone", (((0,),),), (0, spec.layers)), 0
+            grid = MegatronGrid("alone", (((0,),),), (0, spec.layers), moe=spec.experts > 0)
+            device_id = 0
             groups = one_process_world(self.device, grid)
         require(groups is not None and device_id is not None, "groups", groups,
                 "must be given with the grid, with device_id")
@@ -190,11 +216,13 @@ class MegatronTrainer:
                 f"must be the grid's stage of device {device_id} ({self.stage})")
         require(stages is None or tuple(stages) == grid.boundaries, "stages", stages,
                 f"must be the grid's boundaries {grid.boundaries}")
+        self.ep_rank = self.replica % grid.ep  # its place in its expert-parallel group
         self.first_layer, self.last_layer = grid.boundaries[self.stage], grid.boundaries[self.stage + 1]
         self.pre, self.post = self.stage == 0, self.stage == grid.pp - 1
         self.pgc = process_group_collection(grid, device_id, groups)
         self.on_receive = on_receive
         self.compute_s = 0.0  # seconds of the last train_step's forwards, losses and backwards
+        self._alltoall = [0, 0, 0]  # MoE all-to-all bytes sent off the rank, calls, tokens
         self.last_grad_norm = 0.0  # the last step's gradient norm before clipping
         with self._shims():
             self._build(seed)
@@ -249,6 +277,8 @@ class MegatronTrainer:
         rank's part; all of its weights must be there)."""
         full = stage_slice(hf_to_megatron(state, self.spec), self.first_layer, self.last_layer,
                            self.pre, self.post)
+        if self.grid.ep > 1:
+            full = expert_slice(full, self.grid.ep, self.ep_rank, self.spec.experts)
         rows = padded_vocab(self.spec.vocab, self.grid.tp)
         value = self.role == "critic"
         mine = {k: shard(k, v, self.grid.tp, self.tp_rank, rows, value) for k, v in full.items()}
@@ -260,10 +290,13 @@ class MegatronTrainer:
 
     def refresh_export(self) -> None:
         """Gather this stage's weights over its tensor ranks (a collective of the ``tp`` group:
-        every tensor rank calls it) into HF-named CPU tensors, kept for :meth:`state_dict`."""
+        every tensor rank calls it), and with expert parallelism its experts over the ``ep``
+        group (every replica of the group calls it: Megatron's gather before a weight sync),
+        into HF-named CPU tensors, kept for :meth:`state_dict`."""
         import torch.distributed as dist
 
-        tp, out = self.grid.tp, {}
+        tp, ep, out = self.grid.tp, self.grid.ep, {}
+        local = self.spec.experts // ep if self.spec.experts else 0
         for name, p in self.module.state_dict().items():
             if name.endswith("_extra_state") or not isinstance(p, torch.Tensor):
                 continue
@@ -272,7 +305,14 @@ class MegatronTrainer:
             if tp > 1:
                 parts = [torch.empty_like(t) for _ in range(tp)]
                 dist.all_gather(parts, t.contiguous(), group=self.pgc.tp)
-            out[name] = unshard(name, parts, self.spec.vocab, self.role == "critic")
+            whole = unshard(name, parts, self.spec.vocab, self.role == "critic")
+            if ep > 1 and global_expert_name(name, 0, local) is not None:
+                gathered = [torch.empty_like(whole) for _ in range(ep)]
+                dist.all_gather(gathered, whole.contiguous(), group=self.pgc.ep)
+                for r, g in enumerate(gathered):
+                    out[global_expert_name(name, r, local)] = g
+                continue
+            out[name] = whole
         self._export = megatron_to_hf(renumber(out, self.first_layer), self.spec,
                                       value_model=self.role == "critic")
 
@@ -289,6 +329,13 @@ class MegatronTrainer:
     def parameters(self) -> list[torch.nn.Parameter]:
         """This rank's trainable parameters (its stage and tensor rank's shards), in a fixed order."""
         return list(self.module.parameters())
+
+    def take_alltoall(self) -> tuple[int, int, int]:
+        """Since the last call: the bytes this rank's MoE all-to-alls sent to other ranks
+        (forward and backward), their number, and the tokens its MoE layers routed (padding
+        included, per layer); zeros without expert parallelism."""
+        out, self._alltoall = tuple(self._alltoall), [0, 0, 0]
+        return out  # type: ignore[return-value]
 
     def save_state(self) -> dict[str, Any]:
         """This rank's weights and its shard of the optimizer state (CPU copies), to rebuild the
@@ -336,7 +383,10 @@ class MegatronTrainer:
         """One optimizer step of this rank over its replica's ``micro_batches`` (every rank of
         every replica of the task calls it at once; see the module docstring). ``scales``
         (each micro-batch's share of the whole batch's response tokens) weight the returned
-        loss statistics, which only the last stage's tensor rank 0 returns (others: {})."""
+        loss statistics, which only the last stage's tensor rank 0 returns (others: {}). A
+        micro-batch of scale 0 adds nothing to the gradients (its tokens are not counted):
+        with expert parallelism a replica with fewer micro-batches than its group's busiest
+        repeats its last one so, to take part in as many all-to-alls."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         require(len(micro_batches) == len(scales) and micro_batches, "micro_batches",
@@ -344,11 +394,11 @@ class MegatronTrainer:
         moved = [(b.to(self.device), {k: v.to(self.device) for k, v in e.items()})
                  for b, e in micro_batches]
         stats: list[dict[str, float]] = []
-        data = iter(moved)
+        data = iter(zip(moved, scales, strict=True))
         compute: list[float] = []  # seconds of each forward, loss and backward
 
         def forward_step(data_iterator: Iterator[Any], model: nn.Module) -> Any:
-            batch, extras = next(data_iterator)
+            (batch, extras), scale = next(data_iterator)
             start = time.perf_counter()
             out = model(batch.input_ids, batch.position_ids,
                         attention_mask=_causal_mask(batch, self.device))
@@ -359,13 +409,14 @@ class MegatronTrainer:
                 loss, st = trainer_loss(self.role, self.cfg, self._head(output), batch.input_ids,
                                         batch.response_mask, dict(extras))
                 stats.append(st)
-                n = batch.response_mask.sum()
+                n = batch.response_mask.sum() * (scale > 0)  # a padding micro-batch: none
                 compute.append(time.perf_counter() - start)
                 return loss * n, n.to(torch.int), {}
 
             return out, loss_func
 
-        with self._shims(), timed_backward(compute):
+        sent = [0, 0]  # the dispatcher's forward all-to-alls: bytes off the rank, calls
+        with self._shims(), timed_backward(compute), counting_alltoalls(sent):
             self.ddp.zero_grad_buffer()
             self.optimizer.zero_grad()
             get_forward_backward_func(pp_size=self.grid.pp)(
@@ -375,6 +426,10 @@ class MegatronTrainer:
                 p2p_communicator=self.p2p, pg_collection=self.pgc)
             _, norm, _ = self.optimizer.step()
         self.last_grad_norm = float(norm)
+        if self.grid.ep > 1:  # the backward's all-to-alls send the same bytes back
+            self._alltoall[0] += 2 * sent[0]
+            self._alltoall[1] += 2 * sent[1]
+            self._alltoall[2] += sum(b.input_ids.numel() for b, _ in moved)
         # float32 has no loss scaler to skip a bad step: a non-finite norm is an error here
         require(math.isfinite(self.last_grad_norm), "gradient norm", self.last_grad_norm,
                 "must be finite (the step's loss or gradients overflowed)")

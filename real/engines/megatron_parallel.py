@@ -19,7 +19,19 @@ group       members                                used by
 ``cp``      the rank alone                         context parallel size 1
 ``all``     every rank of the task                 the distributed optimizer's
                                                    gradient norm (one instance)
+``ep``      one (stage, tp rank) of ``ep``          the MoE token dispatcher's
+            consecutive replicas                   all-to-all
+``tp_ep``   the tp ranks of those replicas         expert-parallel bookkeeping
+``tp_ep_pp`` every rank of those replicas          the experts' gradient norm
+``expt_dp`` one (stage, tp rank) of the replicas   the experts' gradient reduce and
+            holding the same experts (i, i + ep)   optimizer shards
+``tp_dp_cp`` every rank of one stage               the MoE router's token counts
 =========== ====================================== ==============================
+
+``tp_dp_cp`` exists for a mixture-of-experts model (``moe``), the other expert groups only with
+expert parallelism (``ep`` > 1);
+experts are split over tp as the dense MLP is (Megatron's default expert tensor parallel size,
+the tp size). Without them the expert groups are the dense ones (ep the rank alone).
 
 Groups are named ``{task}/megatron/{kind}/{index}`` and listed by :meth:`MegatronGrid.groups`
 as device tuples, each in the order of the grid (group rank i is position i); every process of
@@ -52,6 +64,8 @@ from hetrl.errors import SpecError, require
 #: over NCCL, CPU tensors (weight exports, the torch trainers' CPU path) over gloo.
 GPU_BACKEND = "cpu:gloo,cuda:nccl"
 GROUP_KINDS = ("tp", "pp", "dp", "mp", "embd", "pos_embd", "cp", "all")
+EXPERT_GROUP_KINDS = ("ep", "tp_ep", "tp_ep_pp", "expt_dp")
+MOE_GROUP_KINDS = ("tp_dp_cp",)
 #: Megatron parameter names (after ``decoder.layers.{i}.``, or whole) split along rows / columns.
 ROW_SPLIT = ("self_attention.linear_qkv.weight", "mlp.linear_fc1.weight",
              "embedding.word_embeddings.weight", "output_layer.weight")
@@ -63,11 +77,15 @@ _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 @dataclass(frozen=True)
 class MegatronGrid:
     """One training task's devices: ``devices[r][s][t]`` = replica r, stage s, tp rank t;
-    ``boundaries`` = the stages' layer boundaries ([0, ..., layers], len pp + 1)."""
+    ``boundaries`` = the stages' layer boundaries ([0, ..., layers], len pp + 1); ``ep`` the
+    expert parallelism (replicas [k ep, (k + 1) ep) split the experts); ``moe`` whether the
+    model is a mixture of experts."""
 
     task: str
     devices: tuple[tuple[tuple[int, ...], ...], ...]
     boundaries: tuple[int, ...]
+    ep: int = 1
+    moe: bool = False
 
     def __post_init__(self) -> None:
         require(len(self.devices) >= 1 and all(len(r) == self.pp for r in self.devices),
@@ -79,6 +97,9 @@ class MegatronGrid:
         require(len(self.boundaries) == self.pp + 1 and self.boundaries[0] == 0 and all(
             a < b for a, b in zip(self.boundaries, self.boundaries[1:], strict=False)),
             "boundaries", self.boundaries, f"must rise from 0 with {self.pp + 1} entries")
+        require(self.ep >= 1 and self.dp % self.ep == 0, "ep", self.ep,
+                f"must divide the replicas ({self.dp})")
+        require(self.moe or self.ep == 1, "ep", self.ep, "needs a mixture-of-experts model")
 
     @property
     def dp(self) -> int:
@@ -115,8 +136,22 @@ class MegatronGrid:
             "cp": [(x,) for r in R for s in S for x in d[r][s]],
             "all": [tuple(x for r in R for s in S for x in d[r][s])],
         }
+        kinds = GROUP_KINDS
+        if self.moe:
+            kinds += MOE_GROUP_KINDS
+            members["tp_dp_cp"] = [tuple(d[r][s][t] for r in R for t in T) for s in S]
+        if self.ep > 1:
+            kinds += EXPERT_GROUP_KINDS
+            blocks = [range(k, k + self.ep) for k in range(0, self.dp, self.ep)]
+            members.update({
+                "ep": [tuple(d[r][s][t] for r in b) for b in blocks for s in S for t in T],
+                "tp_ep": [tuple(d[r][s][t] for r in b for t in T) for b in blocks for s in S],
+                "tp_ep_pp": [tuple(d[r][s][t] for s in S for r in b for t in T) for b in blocks],
+                "expt_dp": [tuple(d[r][s][t] for r in range(i, self.dp, self.ep))
+                            for i in range(self.ep) for s in S for t in T],
+            })
         return {f"{self.task}/megatron/{kind}/{i}": tuple(g)
-                for kind in GROUP_KINDS for i, g in enumerate(members[kind])}
+                for kind in kinds for i, g in enumerate(members[kind])}
 
     def layer_split(self) -> tuple[int | None, int | None]:
         """Megatron's ``num_layers_in_first_pipeline_stage`` / ``..._last_...`` for these
@@ -168,10 +203,16 @@ def process_group_collection(grid: MegatronGrid, device: int, groups: Mapping[st
     pgc.embd, pgc.pos_embd = mine.get("embd"), mine.get("pos_embd")  # None off those stages
     pgc.dp = pgc.dp_cp = pgc.intra_dp_cp = mine["dp"]
     pgc.tp_cp, pgc.cp = pgc.tp, mine["cp"]
-    # no experts: expert parallel size 1 (the rank alone), expert groups the dense ones; one
-    # distributed-optimizer instance over the dp group
-    pgc.ep, pgc.expt_tp, pgc.tp_ep, pgc.tp_ep_pp = mine["cp"], pgc.tp, pgc.tp, pgc.mp
-    pgc.expt_dp = pgc.intra_expt_dp = pgc.dp
+    pgc.expt_tp = pgc.tp  # experts split over tp as the dense MLP
+    if grid.moe:
+        pgc.tp_dp_cp = mine["tp_dp_cp"]
+    if grid.ep > 1:
+        pgc.ep, pgc.tp_ep, pgc.tp_ep_pp = mine["ep"], mine["tp_ep"], mine["tp_ep_pp"]
+        pgc.expt_dp = pgc.intra_expt_dp = mine["expt_dp"]
+    else:  # no experts: expert parallel size 1 (the rank alone), expert groups the dense ones
+        pgc.ep, pgc.tp_ep, pgc.tp_ep_pp = mine["cp"], pgc.tp, pgc.mp
+        pgc.expt_dp = pgc.intra_expt_dp = pgc.dp
+    # one distributed-optimizer instance over the task
     pgc.intra_dist_opt, pgc.inter_dist_opt = mine["all"], None
     return pgc
 
@@ -239,6 +280,34 @@ def stage_slice(state: Mapping[str, torch.Tensor], first: int, last: int, pre: b
     return out
 
 
+_LOCAL_EXPERT = re.compile(r"^(decoder\.layers\.\d+\.mlp\.experts\.local_experts\.)(\d+)(\..+)$")
+
+
+def expert_slice(state: Mapping[str, torch.Tensor], ep: int, rank: int,
+                 experts: int) -> dict[str, torch.Tensor]:
+    """The tensors of a Megatron state dict numbering all ``experts`` that expert-parallel rank
+    ``rank`` of ``ep`` keeps: every non-expert tensor, and experts [rank E/ep, (rank + 1) E/ep)
+    renumbered from 0 (Megatron's local expert indices)."""
+    local = experts // ep
+    out = {}
+    for name, t in state.items():
+        m = _LOCAL_EXPERT.match(name)
+        if not m:
+            out[name] = t
+        elif rank * local <= int(m.group(2)) < (rank + 1) * local:
+            out[f"{m.group(1)}{int(m.group(2)) - rank * local}{m.group(3)}"] = t
+    return out
+
+
+def global_expert_name(name: str, rank: int, local: int) -> str | None:
+    """The name local expert tensor ``name`` of expert-parallel rank ``rank`` (``local``
+    experts per rank) has among all experts; None for a tensor that is not an expert's."""
+    m = _LOCAL_EXPERT.match(name)
+    if not m:
+        return None
+    return f"{m.group(1)}{rank * local + int(m.group(2))}{m.group(3)}"
+
+
 def renumber(state: Mapping[str, torch.Tensor], first: int) -> dict[str, torch.Tensor]:
     """A stage's state dict with its local layer numbers made global (layer i -> first + i)."""
     out = {}
@@ -248,9 +317,14 @@ def renumber(state: Mapping[str, torch.Tensor], first: int) -> dict[str, torch.T
     return out
 
 
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.\d+\.")
+
+
 def _kind(name: str) -> str:
+    """A tensor's kind: its name after ``decoder.layers.{i}.``, an expert's fc1/fc2 as the
+    dense MLP's (``mlp.linear_fc1.weight``)."""
     m = _LAYER.match(name)
-    return m.group(2) if m else name
+    return _EXPERT.sub("mlp.", m.group(2)) if m else name
 
 
 def _whole(kind: str, value_model: bool) -> bool:

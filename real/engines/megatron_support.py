@@ -39,15 +39,31 @@ def cpu_shims() -> Iterator[None]:
     * the CUDA RNG tracker's ``fork()`` does nothing (no dropout is configured);
     * Megatron's global scratch buffer is a fresh one (unset without ``parallel_state``'s
       initialisation; a CUDA engine built earlier in the process leaves CUDA tensors in it,
-      which the attention would reuse).
+      which the attention would reuse);
+    * CUDA streams are one CPU stand-in (:class:`_CpuStream`, the current stream and every new
+      one, events synchronising at once): the MoE all-to-all token dispatcher copies its split
+      sizes to the host on a side stream, which on CPU is the current one;
+    * that copy's ``as_numpy`` holds for CPU tensors too (megatron-core converts only CUDA
+      ones, and gloo's all-to-all takes its split sizes as a sequence, not a tensor).
     """
     from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.transformer.moe import token_dispatcher
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
     from megatron.core.utils import GlobalMemoryBuffer
 
     tracker = tensor_parallel.get_cuda_rng_tracker()
     factories = {name: getattr(torch, name) for name in CUDA_FACTORIES}
     saved = (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
-             parallel_state._GLOBAL_MEMORY_BUFFER)
+             parallel_state._GLOBAL_MEMORY_BUFFER, torch.cuda.Stream, torch.cuda.current_stream,
+             torch.cuda.stream, token_dispatcher.maybe_move_tensor_to_cpu)
+    dispatcher = MoEAlltoAllTokenDispatcher
+    to_host = token_dispatcher.maybe_move_tensor_to_cpu
+
+    def to_host_cpu(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+        if as_numpy and torch.is_tensor(tensor) and not tensor.is_cuda:
+            return tensor.numpy()
+        return to_host(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
     type_of = torch.Tensor.type
 
     def on_cpu(factory: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -70,13 +86,65 @@ def cpu_shims() -> Iterator[None]:
     torch.Tensor.type = cuda_type
     tracker.fork = lambda *args, **kwargs: contextlib.nullcontext()
     parallel_state._GLOBAL_MEMORY_BUFFER = GlobalMemoryBuffer()
+    torch.cuda.Stream = lambda *args, **kwargs: CPU_STREAM
+    torch.cuda.current_stream = lambda *args, **kwargs: CPU_STREAM
+    torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
+    token_dispatcher.maybe_move_tensor_to_cpu = to_host_cpu
+    if dispatcher.cuda_dtoh_stream is None:
+        dispatcher.cuda_dtoh_stream = CPU_STREAM
     try:
         yield
     finally:
         (torch.cuda.current_device, torch.cuda.synchronize, torch.Tensor.type, tracker.fork,
-         parallel_state._GLOBAL_MEMORY_BUFFER) = saved
+         parallel_state._GLOBAL_MEMORY_BUFFER, torch.cuda.Stream, torch.cuda.current_stream,
+         torch.cuda.stream, token_dispatcher.maybe_move_tensor_to_cpu) = saved
         for name, factory in factories.items():
             setattr(torch, name, factory)
+        if dispatcher.cuda_dtoh_stream is CPU_STREAM:  # a CUDA dispatcher makes its own later
+            dispatcher.cuda_dtoh_stream = None
+
+
+@contextlib.contextmanager
+def counting_alltoalls(counts: list[int]) -> Iterator[None]:
+    """Within the block, each all-to-all of megatron-core's MoE token dispatcher adds to
+    ``counts`` [bytes sent to the group's other ranks, calls]: its forward ones (the tokens'
+    hidden states and their routing probabilities, dispatched and combined); the backward's
+    move the same bytes back the other way."""
+    from megatron.core.transformer.moe import token_dispatcher
+
+    a2a = token_dispatcher.all_to_all
+
+    def counted(group: Any, input_: torch.Tensor, output_split_sizes: Any = None,
+                input_split_sizes: Any = None) -> torch.Tensor:
+        size, rows = group.size(), input_.shape[0]
+        if size > 1 and rows:
+            own = (rows // size if input_split_sizes is None
+                   else int(input_split_sizes[group.rank()]))
+            counts[0] += (rows - own) * (input_.numel() // rows) * input_.element_size()
+            counts[1] += 1
+        return a2a(group, input_, output_split_sizes, input_split_sizes)
+
+    token_dispatcher.all_to_all = counted
+    try:
+        yield
+    finally:
+        token_dispatcher.all_to_all = a2a
+
+
+class _CpuStream:
+    """A CUDA stream's stand-in on CPU: work is done when issued, so waits do nothing."""
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+
+CPU_STREAM = _CpuStream()
 
 
 def one_process_world(device: torch.device, grid: MegatronGrid) -> dict[str, Any]:

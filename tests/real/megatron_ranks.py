@@ -17,6 +17,9 @@ from real.model import TinyModelSpec
 from real.ray_env import free_port
 
 SPEC = TinyModelSpec()  # 4 layers, 4 heads in 2 query groups: tp = 2 splits them
+#: the same with every MLP made 4 experts of width 32, top-2 (tp = 2 splits the experts too)
+MOE_SPEC = TinyModelSpec(experts=4, top_k=2, expert_ffn=32, name="tiny-qwen3-moe")
+SPECS = {"dense": SPEC, "moe": MOE_SPEC}
 CFG = AlgoConfig(lr=1e-3, critic_lr=1e-3, kl_coef=0.05)
 ROLES = ("actor", "critic")
 KEYS = {"actor": ("ref_logp", "advantages"), "critic": ("returns",)}
@@ -53,7 +56,7 @@ def micro_batches(role: str, idx: list[int]) -> tuple[list[Any], list[float]]:
 
 
 def grid(dp: int, pp: int, tp: int, boundaries: tuple[int, ...], task: str,
-         reverse: bool = False) -> Any:
+         reverse: bool = False, ep: int = 1, moe: bool = False) -> Any:
     """The grid over ranks 0..dp*pp*tp-1 in replica, stage, tp order; ``reverse``: in the
     opposite order (the last replica's last stage's last tp rank on rank 0), so that a group's
     ranks descend where Megatron's group positions ascend."""
@@ -66,13 +69,15 @@ def grid(dp: int, pp: int, tp: int, boundaries: tuple[int, ...], task: str,
 
     devs = tuple(tuple(tuple(device(r * pp * tp + s * tp + t) for t in range(tp))
                        for s in range(pp)) for r in range(dp))
-    return MegatronGrid(task, devs, boundaries)
+    return MegatronGrid(task, devs, boundaries, ep, moe)
 
 
 def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: tuple[int, ...],
-              port: int, out: str, reverse: bool) -> None:
+              port: int, out: str, reverse: bool, model: str = "dense", ep: int = 1) -> None:
     """One rank: join the world, create every group of both tasks, build both trainers (ranks
-    beyond the grid only create the groups, as generation workers do), one step each."""
+    beyond the grid only create the groups, as generation workers do), one step each. With
+    expert parallelism a replica with fewer micro-batches than its group's busiest repeats its
+    last one at scale 0 (as the real backend's dispatcher does)."""
     import torch.distributed as dist
 
     from real.engines.megatron_engine import MegatronTrainer
@@ -81,16 +86,22 @@ def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: t
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
-    grids = {role: grid(*layout, boundaries, f"{role}_training", reverse) for role in ROLES}
+    spec = SPECS[model]
+    grids = {role: grid(*layout, boundaries, f"{role}_training", reverse, ep, model == "moe")
+             for role in ROLES}
     specs = {k: v for g in grids.values() for k, v in g.groups().items()}
     groups = create_groups(specs, rank)
     result: dict[str, Any] = {}
     if rank < layout[0] * layout[1] * layout[2]:
-        engines = {role: MegatronTrainer(role, SPEC, seed=7, device="cpu", cfg=CFG, grid=g,
+        engines = {role: MegatronTrainer(role, spec, seed=7, device="cpu", cfg=CFG, grid=g,
                                          device_id=rank, groups=groups)
                    for role, g in grids.items()}
+        most = max(len(micro_batches("actor", idx)[0]) for idx in shares(layout[0]))
         for role, eng in engines.items():
             micro, scales = micro_batches(role, shares(layout[0])[eng.replica])
+            if ep > 1:
+                extra = most - len(micro)
+                micro, scales = micro + [micro[-1]] * extra, scales + [0.0] * extra
             stats = eng.train_step(micro, scales)
             result[role] = {"stats": stats, "weights": eng.state_dict(), "replica": eng.replica,
                             "grad_norm": float(eng.last_grad_norm)}
@@ -100,13 +111,15 @@ def rank_main(rank: int, world: int, layout: tuple[int, int, int], boundaries: t
 
 
 def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Path,
-              extra_ranks: int = 0, reverse: bool = False) -> list[dict[str, Any]]:
+              extra_ranks: int = 0, reverse: bool = False, model: str = "dense",
+              ep: int = 1) -> list[dict[str, Any]]:
     """Spawn the grid's ranks (plus ``extra_ranks`` bystanders) and return their results."""
     import torch.multiprocessing as mp
 
     port = free_port()
     world = layout[0] * layout[1] * layout[2] + extra_ranks
-    mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out), reverse), nprocs=world)
+    mp.spawn(rank_main, args=(world, layout, boundaries, port, str(out), reverse, model, ep),
+             nprocs=world)
     results = []
     for r in range(world):
         with open(out / f"rank{r}.pkl", "rb") as f:
@@ -114,12 +127,12 @@ def run_ranks(layout: tuple[int, int, int], boundaries: tuple[int, ...], out: Pa
     return results
 
 
-def torch_step(role: str, dp: int) -> dict[str, Any]:
+def torch_step(role: str, dp: int, model: str = "dense") -> dict[str, Any]:
     """The same step on TorchTrainer: every replica's micro-batches, losses scaled by their
     share of the whole batch's response tokens, one clipped Adam step."""
     from real.engines.torch_engine import TorchTrainer
 
-    ref = TorchTrainer(role, SPEC, seed=7, device="cpu", cfg=CFG)
+    ref = TorchTrainer(role, SPECS[model], seed=7, device="cpu", cfg=CFG)
     stats: dict[str, float] = {}
     for idx in shares(dp):
         micro, scales = micro_batches(role, idx)

@@ -69,3 +69,32 @@ def test_unknown_and_extra_state_keys():
     with pytest.raises(SpecError, match="q_proj"):
         fuse_qkv(torch.zeros(8, spec.hidden), torch.zeros(16, spec.hidden),
                  torch.zeros(16, spec.hidden), spec)
+
+
+MOE = TinyModelSpec(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, ffn=64, experts=4,
+                    top_k=2, expert_ffn=16)
+
+
+@pytest.mark.parametrize("build", [build_causal_lm, build_value_model], ids=["lm", "value"])
+def test_moe_round_trip_and_expert_slices(build):
+    """A Qwen3-MoE layer: the router renamed, transformers' stacked experts split into one
+    linear_fc1 (gate rows, then up rows) and linear_fc2 per expert; exact both ways; an
+    expert-parallel rank keeps its experts renumbered from 0, and the gathered names are the
+    whole model's."""
+    from real.engines.megatron_parallel import expert_slice, global_expert_name
+
+    hf = build(MOE, 3).state_dict()
+    meg = hf_to_megatron(hf, MOE)
+    _equal(megatron_to_hf(meg, MOE), hf)
+    gate_up = hf["model.layers.1.mlp.experts.gate_up_proj"]
+    assert torch.equal(meg["decoder.layers.1.mlp.experts.local_experts.2.linear_fc1.weight"],
+                       gate_up[2])
+    assert torch.equal(meg["decoder.layers.1.mlp.router.weight"], hf["model.layers.1.mlp.gate.weight"])
+    mine = expert_slice(meg, 2, 1, MOE.experts)  # rank 1 of 2: experts 2 and 3 as 0 and 1
+    name = "decoder.layers.1.mlp.experts.local_experts.0.linear_fc1.weight"
+    assert torch.equal(mine[name], gate_up[2])
+    assert not any("local_experts.2." in k for k in mine)
+    assert global_expert_name(name, 1, 2) == name.replace("experts.0.", "experts.2.")
+    assert global_expert_name("decoder.layers.1.mlp.router.weight", 1, 2) is None
+    with pytest.raises(SpecError, match="every expert"):
+        megatron_to_hf(mine, MOE)

@@ -25,8 +25,12 @@ def _batch():
     return batch((5, 9, 3), (6, 2, 8))
 
 
+@pytest.mark.parametrize("model", ["small", "small_moe"])
 @pytest.mark.parametrize("role", ["actor", "critic"])
-def test_megatron_matches_torch_trainer(role, small, one_thread):
+def test_megatron_matches_torch_trainer(role, model, request, one_thread):
+    """Dense, and a mixture of experts (megatron-core's MoELayer: router, all-to-all token
+    dispatcher, one MLP per expert, against transformers' Qwen3-MoE block)."""
+    small = request.getfixturevalue(model)
     cfg = AlgoConfig(lr=1e-3, critic_lr=1e-3, kl_coef=0.05)
     meg = MegatronTrainer(role, small, seed=7, device="cpu", cfg=cfg)
     ref = TorchTrainer(role, small, seed=7, device="cpu", cfg=cfg)

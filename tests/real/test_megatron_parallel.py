@@ -33,7 +33,8 @@ from tests.real.megatron_ranks import (  # noqa: E402
 )
 
 #: (dp, pp, tp), layer boundaries, bystander ranks (workers of other tasks in the world),
-#: whether the grid's devices run in reverse rank order.
+#: whether the grid's devices run in reverse rank order, and for a mixture-of-experts model
+#: (tiny-qwen3-moe) its expert parallelism.
 LAYOUTS = {
     "tp2": ((1, 1, 2), (0, 4), 0, False),
     "pp2": ((1, 2, 1), (0, 3, 4), 1, False),  # uneven stages: 3 + 1 layers
@@ -43,6 +44,11 @@ LAYOUTS = {
     "dp2xpp2": ((2, 2, 1), (0, 2, 4), 0, False),
     "pp3": ((1, 3, 1), (0, 2, 3, 4), 0, False),  # a middle stage: neither embedding nor head
     "tp2xpp2-reversed": ((1, 2, 2), (0, 1, 4), 0, True),  # stage 0 on ranks 3, 2
+    # megatron-core's MoELayer: experts split over 2 replicas (uneven shares: replica 1 pads
+    # one micro-batch), and over the stages too (tp = 1: megatron-core trains MoE with tp > 1
+    # only under sequence parallelism, which the engine does not run)
+    "moe-dp2xep2": ((2, 1, 1), (0, 4), 1, False, 2),
+    "moe-dp2xep2xpp2": ((2, 2, 1), (0, 2, 4), 0, False, 2),
 }
 
 
@@ -57,12 +63,14 @@ def _merged_replicas(results: list[dict], role: str, dp: int) -> list[dict]:
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_megatron_layout_matches_the_torch_trainer(name, tmp_path):
-    layout, boundaries, extra, reverse = LAYOUTS[name]
-    results = run_ranks(layout, boundaries, tmp_path, extra_ranks=extra, reverse=reverse)
+    layout, boundaries, extra, reverse, *ep = LAYOUTS[name]
+    model = "moe" if ep else "dense"
+    results = run_ranks(layout, boundaries, tmp_path, extra_ranks=extra, reverse=reverse,
+                        model=model, ep=ep[0] if ep else 1)
     grid_ranks = layout[0] * layout[1] * layout[2]
     assert all(not r for r in results[grid_ranks:])  # bystanders only made the groups
     for role in ROLES:
-        ref = torch_step(role, layout[0])
+        ref = torch_step(role, layout[0], model)
         stats: dict[str, float] = {}
         for res in results[:grid_ranks]:
             for k, v in res[role]["stats"].items():
