@@ -1,14 +1,15 @@
-"""An expert-parallel mixture-of-experts MLP for the real backend: a router, top-k experts
-(SwiGLU) split over the ranks of a process group, and the all-to-alls that dispatch each token's
-hidden state to its experts' ranks and combine the results (torch.distributed's differentiable
-all-to-all, so a backward pass sends the gradients back the same way). Runs on gloo (CPU) and
-NCCL alike.
+"""Expert parallelism for the real backend's mixture-of-experts models: the routed experts of
+each MoE layer split over the ranks of a process group, and the all-to-alls that dispatch each
+token's hidden state to its experts' ranks and combine the results (torch.distributed's
+differentiable all-to-all, so a backward pass sends the gradients back the same way). Runs on
+gloo (CPU) and NCCL alike.
 
-Weights come from explicit seeds: the router from ``seed``, expert e from ``(seed, e)``, so a
-rank holding experts [r E/ep, (r + 1) E/ep) has the weights a single process holding all E would
-(:meth:`ExpertParallelMLP.reference` computes that single process's output). The layer counts the
-bytes its all-to-alls move off the rank (``bytes_sent``), the quantity the cost model prices
-(:func:`hetrl.cost.expert_parallel.dispatch_bytes`).
+:class:`ExpertParallelExperts` replaces transformers' ``Qwen3MoeExperts`` (the experts of one
+layer stored as ``gate_up_proj`` [E, 2 f, h] and ``down_proj`` [E, h, f]) with this rank's slice
+of them, experts [r E/ep, (r + 1) E/ep); the router stays replicated. Every rank builds the whole
+model from one seed and keeps its slice, so the sharded model computes what the whole one does.
+A layer counts the bytes its all-to-alls send off the rank (``bytes_sent``), the quantity the
+cost model prices (:func:`hetrl.cost.expert_parallel.dispatch_bytes`).
 """
 
 from __future__ import annotations
@@ -18,100 +19,87 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.nn.functional import all_to_all_single
 
-from hetrl.errors import positive_int, require
+from hetrl.errors import require
 
 
-def _expert_weights(hidden: int, ffn: int, seed: int, expert: int) -> tuple[torch.Tensor, ...]:
-    """Expert ``expert``'s (gate, up, down) weights, from its own seed."""
-    g = torch.Generator().manual_seed(hash((seed, expert)) & 0x7FFFFFFF)
-    scale = hidden ** -0.5
-    return (torch.randn(ffn, hidden, generator=g) * scale,
-            torch.randn(ffn, hidden, generator=g) * scale,
-            torch.randn(hidden, ffn, generator=g) * ffn ** -0.5)
+class ExpertParallelExperts(nn.Module):
+    """This rank's slice of a layer's routed experts (``full``: a transformers
+    ``Qwen3MoeExperts``, or any module with ``gate_up_proj``, ``down_proj`` and ``act_fn`` in
+    its layout), called as the module it replaces: ``(hidden [T, h], top_k_index [T, k],
+    top_k_weights [T, k]) -> [T, h]``."""
 
-
-class ExpertParallelMLP(nn.Module):
-    """``experts`` SwiGLU experts of width ``ffn`` split over the ``group``'s ranks (expert
-    parallelism: ep = the group's size), each token routed to ``top_k`` of them (softmax over
-    the router's logits, the top-k weights renormalised)."""
-
-    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
-                 group: dist.ProcessGroup | None = None, seed: int = 0):
+    def __init__(self, full: nn.Module, group: dist.ProcessGroup | None = None):
         super().__init__()
-        for name, value in (("hidden", hidden), ("ffn", ffn), ("experts", experts),
-                            ("top_k", top_k)):
-            positive_int(f"moe.{name}", value)
         self.group = group
         self.ep = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        experts = full.gate_up_proj.shape[0]
         require(experts % self.ep == 0, "moe.experts", experts,
                 f"must be a multiple of the expert-parallel size ({self.ep})")
-        require(top_k <= experts, "moe.top_k", top_k, f"must be <= experts ({experts})")
-        self.hidden, self.ffn, self.experts, self.top_k, self.seed = hidden, ffn, experts, top_k, seed
-        self.local = experts // self.ep
-        g = torch.Generator().manual_seed(seed)
-        self.router = nn.Parameter(torch.randn(experts, hidden, generator=g) * hidden ** -0.5)
-        mine = [_expert_weights(hidden, ffn, seed, self.rank * self.local + i)
-                for i in range(self.local)]
-        self.gate = nn.Parameter(torch.stack([w[0] for w in mine]))
-        self.up = nn.Parameter(torch.stack([w[1] for w in mine]))
-        self.down = nn.Parameter(torch.stack([w[2] for w in mine]))
-        #: bytes this rank's all-to-alls sent to other ranks (dispatch and combine)
+        self.experts, self.local = experts, experts // self.ep
+        lo, hi = self.rank * self.local, (self.rank + 1) * self.local
+        self.gate_up_proj = nn.Parameter(full.gate_up_proj.detach()[lo:hi].clone())
+        self.down_proj = nn.Parameter(full.down_proj.detach()[lo:hi].clone())
+        self.act_fn = full.act_fn
+        #: bytes this rank's forward all-to-alls sent to other ranks (dispatch and combine); a
+        #: backward pass sends the same bytes again
         self.bytes_sent = 0
 
-    def route(self, x: torch.Tensor, logits: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weights, experts), each (tokens, top_k): the router's choice for ``x``, or for the
-        given ``logits`` (tokens, experts)."""
-        logits = x @ self.router.t() if logits is None else logits
-        probs = torch.softmax(logits.float(), dim=-1)
-        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
-        return (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype), chosen
-
-    def forward(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
-        """The layer's output for ``x`` (tokens, hidden): dispatch, local experts, combine."""
-        weights, chosen = self.route(x, logits)
-        flat = chosen.reshape(-1)  # (tokens x top_k) expert ids, token-major
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        x = hidden_states
+        top_k = top_k_index.shape[1]
+        flat = top_k_index.reshape(-1)  # (tokens x top_k) expert ids, token-major
         dest = torch.div(flat, self.local, rounding_mode="floor")
         order = torch.argsort(dest, stable=True)
-        send = x.repeat_interleave(self.top_k, dim=0)[order]
+        send = x.repeat_interleave(top_k, dim=0)[order]
         send_counts = torch.bincount(dest, minlength=self.ep)
         recv_counts = torch.empty_like(send_counts)
         dist.all_to_all_single(recv_counts, send_counts, group=self.group)
         send_sizes, recv_sizes = send_counts.tolist(), recv_counts.tolist()
         # the expert each row is for (ids are not differentiable: the plain collective)
-        recv_ids = torch.empty(sum(recv_sizes), dtype=flat.dtype)
+        recv_ids = torch.empty(sum(recv_sizes), dtype=flat.dtype, device=x.device)
         dist.all_to_all_single(recv_ids, flat[order].contiguous(), recv_sizes, send_sizes,
                                group=self.group)
-        recv = all_to_all_single(torch.empty(sum(recv_sizes), self.hidden, dtype=x.dtype),
-                                 send.contiguous(), recv_sizes, send_sizes, group=self.group)
+        recv = all_to_all_single(x.new_empty(sum(recv_sizes), x.shape[1]), send.contiguous(),
+                                 recv_sizes, send_sizes, group=self.group)
         out = torch.zeros_like(recv)
         local_ids = recv_ids - self.rank * self.local
         for e in range(self.local):
             rows = (local_ids == e).nonzero(as_tuple=True)[0]
             if rows.numel():
-                h = recv[rows]
-                act = torch.nn.functional.silu(h @ self.gate[e].t()) * (h @ self.up[e].t())
-                out = out.index_add(0, rows, act @ self.down[e].t())
-        back = all_to_all_single(torch.empty(send.shape[0], self.hidden, dtype=x.dtype), out,
-                                 send_sizes, recv_sizes, group=self.group)
-        row_bytes = self.hidden * x.element_size()
-        self.bytes_sent += row_bytes * ((sum(send_sizes) - send_sizes[self.rank])
-                                        + (sum(recv_sizes) - recv_sizes[self.rank]))
+                gate, up = nn.functional.linear(recv[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
+                y = nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e])
+                out = out.index_add(0, rows, y)
+        back = all_to_all_single(x.new_empty(send.shape[0], x.shape[1]), out, send_sizes,
+                                 recv_sizes, group=self.group)
+        self.bytes_sent += x.shape[1] * x.element_size() * (
+            (sum(send_sizes) - send_sizes[self.rank]) + (sum(recv_sizes) - recv_sizes[self.rank]))
         combined = torch.empty_like(back).index_copy(0, order, back)  # token-major again
-        per_choice = combined.view(x.shape[0], self.top_k, self.hidden)
-        return (per_choice * weights.unsqueeze(-1)).sum(dim=1)
+        per_choice = combined.view(x.shape[0], top_k, x.shape[1])
+        return (per_choice * top_k_weights.unsqueeze(-1).to(x.dtype)).sum(dim=1)
 
     @torch.no_grad()
-    def reference(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
-        """What one process holding all the experts computes for ``x`` (no communication)."""
-        weights, chosen = self.route(x, logits)
-        out = torch.zeros_like(x)
-        for e in range(self.experts):
-            gate, up, down = _expert_weights(self.hidden, self.ffn, self.seed, e)
-            tok, slot = (chosen == e).nonzero(as_tuple=True)
-            if tok.numel():
-                h = x[tok]
-                y = (torch.nn.functional.silu(h @ gate.t()) * (h @ up.t())) @ down.t()
-                out = out.index_add(0, tok, y * weights[tok, slot].unsqueeze(-1))
-        return out
+    def gathered(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank's experts (``gate_up_proj``, ``down_proj``), all-gathered over the group:
+        a collective every rank calls."""
+        out = []
+        for p in (self.gate_up_proj, self.down_proj):
+            parts = [torch.empty_like(p) for _ in range(self.ep)]
+            dist.all_gather(parts, p.detach().contiguous(), group=self.group)
+            out.append(torch.cat(parts))
+        return out[0], out[1]
+
+
+def shard_experts(model: nn.Module, group: dist.ProcessGroup | None) -> dict[str, ExpertParallelExperts]:
+    """Replace every routed-experts module of ``model`` (a submodule named ``experts`` with a
+    ``gate_up_proj``) by this rank's :class:`ExpertParallelExperts`; returns them by module
+    name (``model.layers.0.mlp.experts``)."""
+    targets = [(name, m) for name, m in model.named_modules()
+               if name.rsplit(".", 1)[-1] == "experts" and hasattr(m, "gate_up_proj")]
+    out = {}
+    for name, full in targets:
+        parent = model.get_submodule(name.rsplit(".", 1)[0])
+        out[name] = ExpertParallelExperts(full, group)
+        parent.experts = out[name]
+    return out

@@ -48,6 +48,18 @@ class NetworkEmulator:
         step = max(self.transfer_s(a, b, nbytes / n) for a, b in ring)
         return 2 * (n - 1) * step
 
+    def all_to_all_s(self, devices: tuple[int, ...], nbytes: float, calls: int) -> float:
+        """``calls`` all-to-alls over ``devices`` in which each device sends ``nbytes`` in all,
+        spread evenly over the others, every pair at once: per call the slowest pair's latency,
+        and the bytes at the slowest pair's bandwidth."""
+        n = len(devices)
+        if not self.enabled or n < 2:
+            return 0.0
+        pairs = [(a, b) for a in devices for b in devices if a != b]
+        latency = max(self.cluster.latency_s(a, b) for a, b in pairs)
+        bandwidth = min(self.cluster.bandwidth_Bps(a, b) for a, b in pairs)
+        return calls * latency + nbytes / (n - 1) / bandwidth
+
     @cached_property
     def _fastest_tflops(self) -> float:
         return max(self.cluster.device(d).gpu.bf16_tflops for d in range(self.cluster.num_devices))

@@ -41,6 +41,7 @@ class Tasklet:
     boundaries: tuple[int, ...]  # stage boundaries over the model's layers, len stages + 1
     tp_rank: int = 0
     tp: int = 1
+    ep: int = 1  # the placement's expert parallelism: replicas [k ep, (k + 1) ep) share experts
 
 
 def megatron_trained(plan: Plan, workload: WorkloadSpec,
@@ -55,12 +56,13 @@ def megatron_trained(plan: Plan, workload: WorkloadSpec,
 def megatron_grids(plan: Plan, workload: WorkloadSpec,
                    engines: Mapping[str, str] | None = None) -> dict[str, MegatronGrid]:
     """Task -> its (dp, pp, tp) device grid, for the training tasks on the megatron engine."""
-    return {task: _grid(plan.placement(task))
+    return {task: _grid(plan.placement(task),
+                        workload.model(workload.task(task).role).moe is not None)
             for task in megatron_trained(plan, workload, engines)}
 
 
-def _grid(p: TaskPlacement) -> MegatronGrid:
-    return MegatronGrid(p.task, p.devices, p.layer_bounds)
+def _grid(p: TaskPlacement, moe: bool = False) -> MegatronGrid:
+    return MegatronGrid(p.task, p.devices, p.layer_bounds, p.ep, moe)
 
 
 def check_supported(plan: Plan, workload: WorkloadSpec,
@@ -70,6 +72,7 @@ def check_supported(plan: Plan, workload: WorkloadSpec,
     megatron = megatron_trained(plan, workload, engines)
     for p in plan.placements:
         kind = workload.task(p.task).kind
+        _check_moe(p, workload, kind, p.task in megatron)
         if p.task in megatron:
             _check_megatron(p, workload)
             continue
@@ -89,6 +92,33 @@ def check_supported(plan: Plan, workload: WorkloadSpec,
                             f"{kind} task: use pp = 1")
 
 
+def _check_moe(p: TaskPlacement, workload: WorkloadSpec, kind: str, megatron: bool) -> None:
+    """What the real backend needs of a mixture-of-experts task: a Qwen3-MoE shape (every layer
+    MoE, a softmax router, no shared experts); expert parallelism only in training (generation
+    and inference replicas hold every expert), on the torch trainer with pp = 1, on the
+    megatron engine with tp = 1."""
+    moe = workload.model(workload.task(p.task).role).moe
+    if moe is not None and (moe.shared_experts or moe.dense_layers or moe.layer_freq != 1
+                            or moe.router != "softmax"):
+        raise SpecError(f"placements[{p.task}]", workload.model(workload.task(p.task).role).name,
+                        "the real backend builds Qwen3-MoE models: every layer MoE, a softmax "
+                        "router, no shared experts")
+    if moe is not None and megatron and p.tp > 1:
+        raise SpecError(f"placements[{p.task}].tp", p.tp,
+                        "megatron-core trains a mixture of experts with tp > 1 only under "
+                        "sequence parallelism, which the megatron engine does not run: use tp = 1")
+    if p.ep == 1:
+        return
+    if kind != "training":
+        raise SpecError(f"placements[{p.task}].ep", p.ep,
+                        "the real backend runs expert parallelism in training tasks only "
+                        f"({p.task} is a {kind} task; its replicas hold every expert): use ep = 1")
+    if p.pp != 1 and not megatron:
+        raise SpecError(f"placements[{p.task}].ep", p.ep,
+                        "the torch trainer runs expert parallelism with pp = 1 only (the "
+                        "megatron engine, --engines training=megatron, pipelines it)")
+
+
 def _check_megatron(p: TaskPlacement, workload: WorkloadSpec) -> None:
     """What megatron-core needs of a training placement: the megatron backend (the cost model
     estimated an fsdp one as FSDP), a layer split it can build, heads, query groups and the
@@ -102,7 +132,7 @@ def _check_megatron(p: TaskPlacement, workload: WorkloadSpec) -> None:
         if n % p.tp:
             raise SpecError(f"placements[{p.task}].tp", p.tp, f"must divide the model's {field} "
                             f"({n}) on the megatron engine")
-    _grid(p).layer_split()
+    _grid(p, shape.moe is not None).layer_split()
 
 
 def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
@@ -115,8 +145,36 @@ def tasklets(plan: Plan, workload: WorkloadSpec) -> tuple[Tasklet, ...]:
             for s, stage in enumerate(replica):
                 for t, device in enumerate(stage):
                     out.append(Tasklet(p.task, info.role, info.kind, r, s, p.pp, device,
-                                       (bounds[s], bounds[s + 1]), bounds, t, len(stage)))
+                                       (bounds[s], bounds[s + 1]), bounds, t, len(stage), p.ep))
     return tuple(out)
+
+
+def expert_group_name(task: str, replica: int, ep: int) -> str:
+    """The process group of replica ``replica``'s expert-parallel group (replicas
+    [k ep, (k + 1) ep), as :func:`hetrl.cost.expert_parallel.expert_group_links`): its
+    all-to-alls and its experts' gather before a weight sync."""
+    return f"{task}/stage0/ep{replica // ep}"
+
+
+def expert_dp_group_name(task: str, replica: int, ep: int) -> str:
+    """The process group over which replica ``replica``'s experts' gradients are summed: the
+    replicas holding the same experts (i, i + ep, ...; :func:`hetrl.cost.expert_parallel.
+    gradient_groups`)."""
+    return f"{task}/stage0/expert-dp{replica % ep}"
+
+
+def expert_groups(p: TaskPlacement) -> dict[str, tuple[int, ...]]:
+    """The process groups of a torch trainer with expert parallelism (pp = tp = 1): its
+    expert-parallel groups, and its expert-data-parallel groups where dp / ep > 1."""
+    if p.ep == 1:
+        return {}
+    devs = [r[0][0] for r in p.devices]
+    out = {expert_group_name(p.task, k, p.ep): tuple(devs[k:k + p.ep])
+           for k in range(0, p.dp, p.ep)}
+    if p.dp > p.ep:
+        out.update({expert_dp_group_name(p.task, b, p.ep): tuple(devs[b::p.ep])
+                    for b in range(p.ep)})
+    return out
 
 
 def sync_sources(plan: Plan, src_task: str, dst_task: str, workload: WorkloadSpec,

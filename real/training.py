@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hetrl.plan import TaskPlacement
+from real.placement import expert_dp_group_name, expert_group_name, expert_groups
 from real.worker_group import Job, WorkerGroup
 
 
@@ -74,12 +75,35 @@ class SingleStage(Dispatcher):
         group = f"{self.task}/stage0" if p.dp > 1 else None
         group_devs = tuple(rr[0][0] for rr in p.devices)
         self._jobs = {}
-        for rep in replicas:
+        for rep in expert_padded(p, replicas):
             d = p.devices[rep.replica][0][0]
-            ref = self.workers[d].train.remote(self.task, it, rep.micro, rep.scales, rep.sources,
-                                               group, group_devs)
+            micro, scales, ep_devs, expert_dp = rep.micro, rep.scales, (), ()
+            if p.ep > 1:
+                ep_devs = expert_groups(p)[expert_group_name(self.task, rep.replica, p.ep)]
+                expert_dp = expert_groups(p).get(
+                    expert_dp_group_name(self.task, rep.replica, p.ep), ())
+            ref = self.workers[d].train.remote(self.task, it, micro, scales, rep.sources,
+                                               group, group_devs, ep_devs, expert_dp)
             self._jobs[ref] = (d, self.task, it)
         return dict(self._jobs)
+
+
+def expert_padded(p: TaskPlacement, replicas: Sequence[ReplicaInput]) -> list[ReplicaInput]:
+    """``replicas`` as they train under ``p``'s expert parallelism: the replicas of an expert
+    group exchange tokens in every micro-batch, so each runs as many as the group's busiest,
+    the extra ones repeating its last micro-batch at loss scale 0 (no gradient, the same
+    collectives). Unchanged without expert parallelism."""
+    if p.ep == 1:
+        return list(replicas)
+    most: dict[int, int] = {}
+    for rep in replicas:
+        most[rep.replica // p.ep] = max(most.get(rep.replica // p.ep, 0), len(rep.micro))
+    out = []
+    for rep in replicas:
+        extra = most[rep.replica // p.ep] - len(rep.micro)
+        out.append(replace(rep, micro=list(rep.micro) + [rep.micro[-1]] * extra,
+                           scales=list(rep.scales) + [0.0] * extra))
+    return out
 
 
 class MegatronStep(Dispatcher):
@@ -90,7 +114,7 @@ class MegatronStep(Dispatcher):
         import ray
 
         self._jobs = {}
-        for rep in replicas:
+        for rep in expert_padded(self.placement, replicas):
             shared = ray.put(rep.micro)  # one copy in the object store for all ranks
             for s, stage in enumerate(self.placement.devices[rep.replica]):
                 for d in stage:

@@ -19,6 +19,7 @@ from typing import Any
 from hetrl.spec.model import ModelShape
 from hetrl.trace import Span
 from real.network import NetworkEmulator, wait
+from real.placement import expert_dp_group_name, expert_group_name
 from real.worker_spec import WorkerSpec
 
 #: The inference engine's method per role: reference and actor (old) log-probs, critic values,
@@ -46,9 +47,12 @@ def spec_from_shape(shape: ModelShape):
     """The torch model spec of a workload's model shape (the cost model's view of it)."""
     from real.model import TinyModelSpec
 
+    moe = shape.moe  # a Qwen3-MoE shape (real.placement.check_supported checked it)
     return TinyModelSpec(hidden=shape.hidden, layers=shape.layers, heads=shape.heads,
                          kv_heads=shape.kv_heads, head_dim=shape.head_dim, ffn=shape.ffn,
-                         vocab=shape.vocab, name=shape.name)
+                         vocab=shape.vocab, name=shape.name,
+                         experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
+                         expert_ffn=moe.expert_ffn if moe else 0)
 
 
 def digest(state: Mapping[str, Any]) -> str:
@@ -96,6 +100,8 @@ class DeviceWorker:
             if e.grid is not None:  # a megatron trainer: its rank in the task's grid
                 placement = {"grid": e.grid, "device_id": self.device, "groups": self.dist_groups,
                              "on_receive": functools.partial(self._stage_receive, task)}
+            elif t.ep > 1 and t.kind == "training":  # a torch trainer's expert-parallel group
+                placement = {"ep_group": self.dist_groups[expert_group_name(task, t.replica, t.ep)]}
             self.engines[task] = build_engine(
                 t.kind, e.engine, t.role, spec_from_shape(e.model), e.seed, self.torch_device,
                 self.spec.algo, stage=t.stage if t.stages > 1 else None,
@@ -189,10 +195,15 @@ class DeviceWorker:
 
     def train(self, task: str, it: int, micro_batches: list[tuple[Any, Any]], scales: list[float],
               sources: Mapping[int, float], group: str | None,
-              group_devices: tuple[int, ...]) -> dict[str, float]:
+              group_devices: tuple[int, ...], ep_devices: tuple[int, ...] = (),
+              expert_dp_devices: tuple[int, ...] = ()) -> dict[str, float]:
         """A whole-model (pp = 1) replica: forward/backward over its micro-batches (each loss
         scaled by ``scales``: its share of the whole batch's response tokens), gradient sum with
-        its DP peers, optimizer step. Returns loss statistics weighted by the same scales."""
+        its DP peers, optimizer step. Returns loss statistics weighted by the same scales.
+        With expert parallelism (``ep_devices``: its group's devices; ``expert_dp_devices``:
+        the replicas holding its experts, when more than one) the micro-batches' all-to-alls
+        are recorded as a collective span with their bytes and emulated time, the experts'
+        gradients summed over ``expert_dp_devices``, and the experts gathered after the step."""
         self._enter(task, it)
         start = self._now()
         self._receive(task, it, sources)
@@ -203,10 +214,34 @@ class DeviceWorker:
                               {k: v.to(self.torch_device) for k, v in extras.items()}, scale)
             for k, v in s.items():
                 stats[k] = stats.get(k, 0.0) + float(v) * scale
-        self._all_reduce(task, it, group, group_devices)
+        if ep_devices:
+            self._expert_alltoalls(task, it, ep_devices)
+        self._all_reduce(task, it, group, group_devices, expert_dp_devices)
         self._compute(engine.step)
+        if ep_devices:
+            self._gather_experts(task, it, ep_devices)
         self._span(task, "tasklet", task, it, start, replica=self.tasklets[task].replica)
         return stats
+
+    def _expert_alltoalls(self, task: str, it: int, ep_devices: tuple[int, ...]) -> None:
+        """The bytes the rank's MoE all-to-alls sent in this step (forward and backward) as one
+        collective span (meta: the all-to-all ``calls`` and the ``tokens`` routed per layer),
+        after their emulated time over its expert-parallel group's ``ep_devices``."""
+        nbytes, calls, tokens = self.engines[task].take_alltoall()
+        start = self._now()
+        wait(self.net.all_to_all_s(ep_devices, nbytes, calls))
+        self._span(f"{task} expert all-to-all", "collective", task, it, start, ep_devices,
+                   nbytes, calls=calls, tokens=tokens, replica=self.tasklets[task].replica)
+
+    def _gather_experts(self, task: str, it: int, ep_devices: tuple[int, ...]) -> None:
+        """All-gather the experts over the expert-parallel group (the state a weight sync
+        sends), with its emulated ring time."""
+        start = self._now()
+        received = self._compute(self.engines[task].gather_experts)
+        # a ring all-gather: half a ring all-reduce's steps of the same final bytes
+        full = received * len(ep_devices) / (len(ep_devices) - 1)
+        wait(self.net.ring_all_reduce_s(ep_devices, full) / 2)
+        self._span(f"{task} expert gather", "collective", task, it, start, ep_devices, received)
 
     def train_grid(self, task: str, it: int, micro_batches: list[tuple[Any, Any]],
                    scales: list[float], sources: Mapping[int, float]) -> dict[str, float]:
@@ -218,7 +253,9 @@ class DeviceWorker:
         losses and backwards (``engine.compute_s``) are stretched by the device's slowdown;
         with dp > 1 the emulated ring time of the rank's fp32 gradients over its dp group
         follows, as after the torch trainers' all-reduce (the reduce-scatter plus all-gather
-        of Megatron's distributed optimizer move the same bytes per ring edge)."""
+        of Megatron's distributed optimizer move the same bytes per ring edge); with expert
+        parallelism first the all-to-alls' span and time, and the experts' gradients ring
+        over the replicas holding the same experts."""
         self._enter(task, it)
         start = self._now()
         t = self.tasklets[task]
@@ -230,12 +267,24 @@ class DeviceWorker:
                                     {k: v.to(self.torch_device) for k, v in e.items()})
                                    for b, e in micro_batches], scales)
         wait((self.slowdown - 1.0) * engine.compute_s)
-        if grid.dp > 1:
-            ring = tuple(grid.devices[r][t.stage][t.tp_rank] for r in range(grid.dp))
-            nbytes = sum(p.numel() * 4 for p in engine.parameters())  # fp32 gradients
-            began_ring = self._now()
-            wait(self.net.ring_all_reduce_s(ring, nbytes))
-            self._span(f"{task} grad reduce", "collective", task, it, began_ring, ring, nbytes)
+        if grid.ep > 1:  # the rank's expert-parallel group: its replica's block of ep
+            block = range(t.replica - t.replica % grid.ep, t.replica - t.replica % grid.ep + grid.ep)
+            self._expert_alltoalls(task, it, tuple(grid.devices[r][t.stage][t.tp_rank]
+                                                   for r in block))
+        # fp32 gradients: the experts' (Megatron marks them allreduce False) over the replicas
+        # holding the same ones, the rest over all
+        experts = [p for p in engine.parameters() if not getattr(p, "allreduce", True)]
+        rings = [("grad reduce", range(grid.dp), sum(p.numel() * 4 for p in engine.parameters())
+                  - sum(p.numel() * 4 for p in experts))]
+        if experts:
+            rings.append(("expert grad reduce", range(t.replica % grid.ep, grid.dp, grid.ep),
+                          sum(p.numel() * 4 for p in experts)))
+        for name, replicas, nbytes in rings:
+            if len(replicas) > 1:
+                ring = tuple(grid.devices[r][t.stage][t.tp_rank] for r in replicas)
+                began_ring = self._now()
+                wait(self.net.ring_all_reduce_s(ring, nbytes))
+                self._span(f"{task} {name}", "collective", task, it, began_ring, ring, nbytes)
         self._span(task, "tasklet", task, it, start, replica=t.replica, stage=t.stage,
                    tp_rank=t.tp_rank)
         return stats
@@ -295,20 +344,32 @@ class DeviceWorker:
                    stage=self.tasklets[task].stage)
 
     def _all_reduce(self, task: str, it: int, group: str | None,
-                    group_devices: tuple[int, ...]) -> None:
+                    group_devices: tuple[int, ...],
+                    expert_dp_devices: tuple[int, ...] = ()) -> None:
         """Sum gradients over the DP group (gloo; every replica's loss is already scaled by its
-        share of the whole batch's response tokens), plus the emulated ring time."""
+        share of the whole batch's response tokens), plus the emulated ring time; with expert
+        parallelism the experts' over ``expert_dp_devices`` (none: this rank's experts are
+        held by no other replica, their gradients are whole)."""
         if group is None:
             return
         import torch.distributed as dist
 
-        start = self._now()
-        params = [p for p in self.engines[task].parameters() if p.grad is not None]
-        nbytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
-        for p in params:  # replicas scaled their losses by their share of the batch: a sum
-            dist.all_reduce(p.grad, group=self.dist_groups[group])
-        wait(self.net.ring_all_reduce_s(group_devices, nbytes))
-        self._span(f"{task} grad all-reduce", "collective", task, it, start, group_devices, nbytes)
+        engine = self.engines[task]
+        experts = {id(p) for p in getattr(engine, "expert_parameters", list)()}
+        t = self.tasklets[task]
+        phases = [(group, group_devices, [p for p in engine.parameters() if id(p) not in experts])]
+        if expert_dp_devices:
+            phases.append((expert_dp_group_name(task, t.replica, t.ep), expert_dp_devices,
+                           [p for p in engine.parameters() if id(p) in experts]))
+        for name, devices, members in phases:
+            start = self._now()
+            params = [p for p in members if p.grad is not None]
+            nbytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
+            for p in params:  # replicas scaled their losses by their share of the batch: a sum
+                dist.all_reduce(p.grad, group=self.dist_groups[name])
+            wait(self.net.ring_all_reduce_s(devices, nbytes))
+            self._span(f"{task} {'expert ' if name != group else ''}grad all-reduce",
+                       "collective", task, it, start, devices, nbytes)
 
     # --- weights ---
     def export_weights(self, task: str) -> dict[str, Any]:
@@ -356,9 +417,12 @@ class DeviceWorker:
         if hasattr(engine, "save_state"):  # the megatron trainer: its rank's shards
             return engine.save_state()
         opt = engine.optimizer.state_dict()
-        return {"module": {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()},
-                "optimizer": torch.utils._pytree.tree_map(
-                    lambda x: x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x, opt)}
+        out = {"module": {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()},
+               "optimizer": torch.utils._pytree.tree_map(
+                   lambda x: x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x, opt)}
+        if getattr(engine, "gathered_experts", None) is not None:  # what a resumed sync sends
+            out["gathered_experts"] = dict(engine.gathered_experts)
+        return out
 
     def _load_state(self, task: str, state: Mapping[str, Any]) -> None:
         engine = self.engines[task]
@@ -367,6 +431,8 @@ class DeviceWorker:
         elif "optimizer" in state:  # a trainer restored from a checkpoint
             engine.module.load_state_dict(state["module"])
             engine.optimizer.load_state_dict(state["optimizer"])
+            if "gathered_experts" in state:
+                engine.gathered_experts = dict(state["gathered_experts"])
         elif hasattr(engine, "update_weights"):
             engine.update_weights(state["weights"])
         else:

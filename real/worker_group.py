@@ -24,6 +24,7 @@ from real.placement import (
     Tasklet,
     device_bundles,
     emulated_resources,
+    expert_groups,
     missing_resources,
 )
 from real.ray_env import ensure_ray, free_port
@@ -50,12 +51,14 @@ def where(it: int) -> str:
 def dp_groups(plan: Plan, workload: WorkloadSpec,
               skip: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
     """Gradient all-reduce groups of the torch trainers: per training task (not in ``skip``: the
-    megatron engine's tasks have their grids' groups) and stage, the devices of its replicas."""
+    megatron engine's tasks have their grids' groups) and stage, the devices of its replicas;
+    with expert parallelism also its expert groups (:func:`real.placement.expert_groups`)."""
     out = {}
     for p in plan.placements:
         if workload.task(p.task).kind == "training" and p.dp > 1 and p.task not in skip:
             for s in range(p.pp):
                 out[f"{p.task}/stage{s}"] = tuple(r[s][0] for r in p.devices)
+            out.update(expert_groups(p))
     return out
 
 

@@ -33,9 +33,9 @@ def test_presets_json(capsys):
     data = json.loads(out)
     assert set(data) == {"workloads", "clusters", "gpus", "models"}
     assert data["workloads"] == list(WORKLOAD_PRESETS)
-    assert len(data["workloads"]) == 20 and "qwen3-14b-grpo-async" in data["workloads"]
+    assert len(data["workloads"]) == 24 and "qwen3-14b-grpo-async" in data["workloads"]
     assert "qwen3-30b-a3b-grpo-sync" in data["workloads"]
-    assert {"tiny-ppo-sync", "tiny-grpo-async"} <= set(data["workloads"])
+    assert {"tiny-ppo-sync", "tiny-grpo-async", "tiny-moe-grpo-sync"} <= set(data["workloads"])
     assert data["clusters"] == list(CLUSTER_PRESETS)
     assert {"paper64-single-region", "paper64-multi-region-hybrid", "paper64-multi-country",
             "paper64-multi-continent"} <= set(data["clusters"])

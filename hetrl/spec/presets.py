@@ -143,13 +143,15 @@ TINY_PROMPT_LENGTH = LengthDist(mean=99.5, max=120, min=78, std=13.5)
 TINY_RESPONSE_LENGTH = LengthDist(mean=16, max=16, min=16, kind="fixed")
 
 
-def tiny_workload(algorithm: str, mode: str) -> WorkloadSpec:
-    """A job the CPU path of ``real/`` runs in seconds: tiny-qwen3, 8 prompts x 4 responses."""
-    model = model_preset("tiny-qwen3")
+def tiny_workload(algorithm: str, mode: str, model_name: str = "tiny-qwen3",
+                  prefix: str = "tiny") -> WorkloadSpec:
+    """A job the CPU path of ``real/`` runs in seconds: ``model_name`` (tiny-qwen3, or its
+    mixture-of-experts twin tiny-qwen3-moe), 8 prompts x 4 responses."""
+    model = model_preset(model_name)
     roles = ("actor", "reference", "reward", "critic") if algorithm == "ppo" else (
         "actor", "reference", "reward")
     return WorkloadSpec(
-        name=f"tiny-{algorithm}-{mode}", algorithm=algorithm, mode=mode,
+        name=f"{prefix}-{algorithm}-{mode}", algorithm=algorithm, mode=mode,
         staleness=1 if mode == "async" else 0, models=tuple((r, model) for r in roles),
         batch_prompts=8, responses_per_prompt=4, prompt_length=TINY_PROMPT_LENGTH,
         response_length=TINY_RESPONSE_LENGTH, micro_batch_size=8, inference_micro_batch_size=16)
@@ -159,6 +161,13 @@ WORKLOAD_PRESETS.update({
     f"tiny-{alg}-{mode}": (f"tiny-qwen3 {alg.upper()} {mode}, 8 prompts x 4 responses, 16 new "
                            "tokens (the real backend's CPU path)",
                            (lambda alg=alg, mode=mode: tiny_workload(alg, mode)))
+    for alg in ("ppo", "grpo") for mode in ("sync", "async")
+})
+WORKLOAD_PRESETS.update({
+    f"tiny-moe-{alg}-{mode}": (
+        f"tiny-qwen3-moe (4 experts, top-2) {alg.upper()} {mode}, 8 prompts x 4 responses, 16 "
+        "new tokens (the real backend's CPU path with expert parallelism)",
+        (lambda alg=alg, mode=mode: tiny_workload(alg, mode, "tiny-qwen3-moe", "tiny-moe")))
     for alg in ("ppo", "grpo") for mode in ("sync", "async")
 })
 

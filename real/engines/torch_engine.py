@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -26,6 +27,7 @@ from real.model import (
     split_stages,
     validate_boundaries,
 )
+from real.moe import shard_experts
 from real.tokenizer import EOS, PAD
 
 INFERENCE_ROLES = ("reference", "actor", "critic", "reward")
@@ -194,11 +196,19 @@ class TorchTrainer:
     trainer's index; only that stage's layers are kept, driven by :meth:`stage_forward` and
     :meth:`stage_backward` per micro-batch. Either way gradients accumulate until
     :meth:`step`, so a data-parallel all-reduce of :meth:`parameters` grads can run between.
+
+    Expert parallelism (``ep_group``, whole-model mode, a mixture-of-experts ``spec``): this
+    rank keeps its slice of every layer's experts (:func:`real.moe.shard_experts`) and the
+    group's ranks exchange tokens in every forward and backward, so they must run the same
+    number of micro-batches; gradients of :meth:`expert_parameters` are summed over the
+    replicas holding the same experts, the others over all; :meth:`gather_experts` (every rank
+    of the group, after :meth:`step`) assembles the whole experts that :meth:`state_dict`
+    exports.
     """
 
     def __init__(self, role: str, spec: TinyModelSpec, seed: int, device: str = "cpu",
                  cfg: AlgoConfig | None = None, stage: int | None = None,
-                 stages: list[int] | None = None):
+                 stages: list[int] | None = None, ep_group: Any = None):
         require(role in TRAINER_ROLES, "role", role, f"must be one of {TRAINER_ROLES}")
         require((stage is None) == (stages is None), "stage", stage,
                 "stage and stages must be given together (pipeline mode) or not at all")
@@ -207,6 +217,15 @@ class TorchTrainer:
         self.cfg = cfg or AlgoConfig()
         self.device = torch.device(device)
         model = (build_causal_lm if role == "actor" else build_value_model)(spec, seed)
+        self.ep_group = ep_group
+        self.experts = {}
+        if ep_group is not None:
+            require(stages is None and spec.experts > 0, "ep_group", ep_group,
+                    "expert parallelism needs a mixture-of-experts model in whole-model mode")
+            self.experts = shard_experts(model, ep_group)
+        #: the whole experts :meth:`gather_experts` assembled since the last step (None: stale)
+        self.gathered_experts: dict[str, torch.Tensor] | None = None
+        self._routed_tokens = self._passes = 0
         if stages is None:
             self.pipeline = False
             self.module = StageModule(model, 0, spec.layers)
@@ -240,6 +259,9 @@ class TorchTrainer:
         batch = batch.to(self.device)
         loss, stats = self._loss(self.module(batch.input_ids, batch.position_ids), batch, extras)
         (loss * scale).backward()
+        if self.experts:
+            self._routed_tokens += batch.input_ids.numel()
+            self._passes += 1
         return stats
 
     def stage_forward(self, micro_id: int, x: torch.Tensor, batch: RolloutBatch | None = None,
@@ -294,13 +316,25 @@ class TorchTrainer:
         ``sqrt(sum of grad_sq_norm() over stages)`` so they clip as the whole model would.
         """
         require(not self._pending, "micro_id", sorted(self._pending), "still pending backward")
+        if self.experts and grad_norm is None:  # the whole model's norm: every rank's experts
+            import torch.distributed as dist
+
+            expert_sq = torch.tensor(grad_sq_norm(self.expert_parameters()), dtype=torch.float64)
+            dist.all_reduce(expert_sq, group=self.ep_group)
+            grad_norm = math.sqrt(grad_sq_norm(self.dense_parameters()) + float(expert_sq))
         clipped_step(list(self.module.parameters()), self.optimizer, self.cfg.grad_clip, grad_norm)
+        self.gathered_experts = None
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full model weights (CPU copies) for the rollout engine; whole-model mode only."""
         require(not self.pipeline, "stages", self.stages,
                 "state_dict() is whole-model only; pipeline stages use stage_state_dict()")
-        return _cpu_copy(self.module)
+        out = _cpu_copy(self.module)
+        if self.experts:
+            require(self.gathered_experts is not None, "experts", len(self.experts),
+                    "are sharded: gather_experts() after the step assembles them")
+            out.update(self.gathered_experts)
+        return out
 
     def stage_state_dict(self) -> dict[str, torch.Tensor]:
         """This stage's weights (CPU copies) under the full model's names; the stages' dicts
@@ -310,3 +344,35 @@ class TorchTrainer:
     def parameters(self) -> list[torch.nn.Parameter]:
         """Trainable parameters, in a fixed order."""
         return list(self.module.parameters())
+
+    def expert_parameters(self) -> list[torch.nn.Parameter]:
+        """This rank's routed experts' parameters (none without expert parallelism)."""
+        return [p for e in self.experts.values() for p in (e.gate_up_proj, e.down_proj)]
+
+    def dense_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters every replica holds whole (all but :meth:`expert_parameters`)."""
+        experts = {id(p) for p in self.expert_parameters()}
+        return [p for p in self.module.parameters() if id(p) not in experts]
+
+    def take_alltoall(self) -> tuple[int, int, int]:
+        """Since the last call: the bytes this rank's all-to-alls sent to other ranks (each
+        forward's dispatch and combine, and as much again in the backward: the same rows go
+        back), their number, and the tokens its MoE layers routed (padding included, per
+        layer)."""
+        sent = sum(e.bytes_sent for e in self.experts.values())
+        for e in self.experts.values():
+            e.bytes_sent = 0
+        tokens, self._routed_tokens = self._routed_tokens, 0
+        passes, self._passes = self._passes, 0
+        return 2 * sent, passes * 4 * len(self.experts), tokens
+
+    def gather_experts(self) -> int:
+        """All-gather every layer's experts over the expert-parallel group (a collective of
+        the group's ranks) for :meth:`state_dict`; returns the bytes this rank received."""
+        self.gathered_experts, received = {}, 0
+        for name, e in self.experts.items():  # module names are the state dict's prefixes
+            gate_up, down = e.gathered()
+            self.gathered_experts[f"{name}.gate_up_proj"] = gate_up.cpu()
+            self.gathered_experts[f"{name}.down_proj"] = down.cpu()
+            received += (gate_up.nbytes + down.nbytes) * (e.ep - 1) // e.ep
+        return received
