@@ -74,8 +74,8 @@ STAGES = {"generation": 0, "inference": 1, "training": 2}
 #: A comparison within this factor of the measurement counts as a hit (the +-30% band).
 BAND = 0.30
 #: The padding node: one device that holds whatever a component row does not measure.
-PADDING_GPU = {"name": "padding", "bf16_tflops": 1e5, "memory_gb": 1e4, "hbm_gbps": 1e5,
-               "intra_link": "nvlink", "intra_link_gbps": 1e4, "node_nic_gbps": 1e5,
+PADDING_GPU = {"name": "padding", "bf16_tflops": 1e5, "fp8_tflops": 1e5, "memory_gb": 1e4,
+               "hbm_gbps": 1e5, "intra_link": "nvlink", "intra_link_gbps": 1e4, "node_nic_gbps": 1e5,
                "source": "validate_public.py: holds the tasks a component row does not measure"}
 #: Placement fields a row may set beyond the layout, and what they stand for.
 PLACEMENT_EXTRAS = {"backend": "ZeRO-3/FSDP sharding of the trained states",

@@ -13,9 +13,10 @@ from experiments import validate_public as vp
 from hetrl.cost.params import DEFAULT_PARAMS
 
 #: The 36 rows of shared/data/public_measurements.md, and the mixture-of-experts rows found
-#: for issue 57 (NeMo-RL's GRPO steps S22-S25; verl's 235B weight sync W5: sources in the files).
+#: for issue 57 (NeMo-RL's GRPO steps S22-S25; NeMo AutoModel's and Megatron-Bridge's MoE
+#: training T5-T8; verl's 235B weight sync W5: sources in the files).
 IDS = ([f"S{i}" for i in range(1, 26)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
-       + [f"T{i}" for i in range(1, 5)] + [f"W{i}" for i in range(1, 6)])
+       + [f"T{i}" for i in range(1, 9)] + [f"W{i}" for i in range(1, 6)])
 #: Cheap rows that every hetrl version can estimate (no FSDP backend needed).
 QUICK = ("G1", "G2", "F1", "T1", "W1", "W4", "S1")
 
