@@ -27,7 +27,7 @@ from hetrl.cost.result import TaskResult
 from hetrl.cost.rollout import kv_pool_cap
 from hetrl.plan import TaskPlacement
 
-_NO_BYTES = np.zeros((5, 0))  # MemoryReport rows of a group with no device over its memory
+_NO_BYTES = np.zeros((6, 0))  # MemoryReport rows of a group with no device over its memory
 _NO_BYTES.setflags(write=False)
 
 
@@ -46,7 +46,8 @@ class PlacementMemory:
 @dataclass(eq=False, slots=True)
 class GroupResult:
     """One task group's memory answer: the devices over their usable memory and their (need,
-    weights, states, working, usable) bytes (see :class:`MemoryReport`); the devices it uses and
+    weights, states, working, usable, rollout weights) bytes (see :class:`MemoryReport`); the
+    devices it uses and
     the bytes per device at peak; and the generation task's result if the group holds it."""
 
     over: np.ndarray
@@ -56,13 +57,18 @@ class GroupResult:
     generation: TaskResult | None
     #: (task, the devices its placement uses) per placement of the group
     device_sets: tuple[tuple[str, frozenset[int]], ...]
+    #: the group's memory rows (:data:`~hetrl.cost.kernels.GROUP_MEMORY_ROWS`, read-only) and
+    #: the KV budget its rollout engine allocates (bytes per device; None: no generation task)
+    rows: np.ndarray
+    kv_pool: np.ndarray | None
 
 
 @dataclass(eq=False, slots=True)
 class GroupMemory:
     """A task group's memory: per device (arrays over all devices, bytes) what it needs
-    (resident + working), its resident bytes and the KV budget it leaves; the devices over
-    their usable memory and their (need, weights, states, working, usable) bytes (5 x k); the
+    (resident + working; with a sleeping rollout the larger of its phase and the others'), its
+    resident bytes while generating and the KV budget it leaves; the devices over their usable
+    memory and their (need, weights, states, working, usable, rollout weights) bytes (6 x k); the
     devices the group uses; the generation placement's index in the group (-1: none) and its
     KV bytes of an average sequence per device; each placement's device set."""
 
@@ -75,6 +81,8 @@ class GroupMemory:
     generation: int
     generation_kv_per_seq: np.ndarray
     device_sets: tuple[frozenset[int], ...]
+    #: the kernel's rows (:data:`~hetrl.cost.kernels.GROUP_MEMORY_ROWS`, read-only)
+    rows: np.ndarray
 
 
 def replica_batch_inputs(kind: str, batching: int | Batching, lengths: LengthStats,
@@ -170,11 +178,12 @@ def group_layout(placements: Sequence[TaskPlacement], copies: tuple[str, ...],
 
 def group_rows(placements: Sequence[TaskPlacement], slots: Sequence[np.ndarray],
                layout: tuple[np.ndarray, np.ndarray, int], copies: int, mem_bytes: np.ndarray,
-               async_mode: bool) -> np.ndarray:
+               async_mode: bool, rollout_sleeps: bool) -> np.ndarray:
     """:func:`~hetrl.cost.kernels.group_memory_rows` of a task group (read-only): its
     placements' tasklet rows ``slots``, ``layout`` (:func:`group_layout`), its number of model
     ``copies``, each device's usable bytes ``mem_bytes``; in async mode the rollout engine
-    keeps its pool while other tasks run."""
+    keeps its pool while other tasks run; ``rollout_sleeps`` (sync mode with vLLM's sleep mode)
+    its weights leave the GPUs while other tasks run."""
     starts, copy_of, generation = layout
     if len(slots) > 1:
         flat = np.array(tuple(itertools.chain.from_iterable(
@@ -183,7 +192,7 @@ def group_rows(placements: Sequence[TaskPlacement], slots: Sequence[np.ndarray],
     else:
         flat, slots_cat = placements[0].device_array, slots[0]
     rows = group_memory_rows(slots_cat, flat, starts, copy_of, copies, generation, mem_bytes,
-                             async_mode)
+                             async_mode, rollout_sleeps)
     rows.setflags(write=False)
     return rows
 
@@ -192,18 +201,18 @@ def group_memory_of(rows: np.ndarray, generation: int, placements: Sequence[Task
                     mem_bytes: np.ndarray) -> GroupMemory:
     """A task group's :class:`GroupMemory` from its rows (:func:`group_rows`), the generation
     placement's index (-1: none) and each device's usable bytes ``mem_bytes``."""
-    need, weights, states, working, resident, kv_budget, used, over_flag, kv = rows[:9]
+    need, weights, states, working, resident, kv_budget, used, over_flag, kv, rollout = rows
     over = over_flag.nonzero()[0]
     over_bytes = _NO_BYTES
     if over.size:
         over_bytes = np.array([need[over], weights[over], states[over], working[over],
-                               mem_bytes[over]])
+                               mem_bytes[over], rollout[over]])
     device_sets = []  # co-located placements on one grid share one set (hashed once)
     for i, p in enumerate(placements):
         device_sets.append(device_sets[-1] if i and p.devices == placements[i - 1].devices
                            else frozenset(p.device_ids))
     return GroupMemory(need, resident, kv_budget, over, over_bytes, used.nonzero()[0],
-                       generation, kv, tuple(device_sets))
+                       generation, kv, tuple(device_sets), rows)
 
 
 def kv_pool_caps(num_devices: int, device_ids: Sequence[int], memory_bytes: np.ndarray,

@@ -519,13 +519,13 @@ def forward_replica_seconds(stages: np.ndarray, sends: np.ndarray, seqs: float, 
 
 #: Rows of :func:`group_memory_rows` (bytes per device; ``used`` and ``over`` 1.0 or 0.0).
 GROUP_MEMORY_ROWS = ("need", "weights", "states", "working", "resident", "kv_budget", "used",
-                     "over", "generation_kv_per_seq")
+                     "over", "generation_kv_per_seq", "rollout_weights")
 
 
 @compiled
 def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
                       copy_of: np.ndarray, n_copies: int, generation: int, usable: np.ndarray,
-                      kv_pool_kept: bool) -> np.ndarray:
+                      kv_pool_kept: bool, rollout_sleeps: bool) -> np.ndarray:
     """A task group's (or a whole plan's) memory per device, rows in :data:`GROUP_MEMORY_ROWS`
     order.
 
@@ -538,14 +538,25 @@ def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
     ``kv_pool_kept``: async mode, vLLM keeps its pool while other tasks run); ``over``: used and
     need > usable. ``generation``: the placement whose KV row is returned (-1: none).
 
+    ``rollout_sleeps`` (sync mode, vLLM sleep level 1 or 2): the generation placement's weights
+    stay on a device only while it generates. They count in ``resident`` and the KV budget as
+    above (the generation phase); ``weights`` holds the other placements' copies only, and
+    ``rollout_weights`` what the rollout adds to them (its shard beyond its copy's other
+    placements' there); need = the larger of weights + states + working (the other tasks'
+    phases) and resident (the generation phase). Without it ``rollout_weights`` is 0 and the
+    rows are those above.
+
     The operations and their order are those of numpy over per-placement dense arrays (the
     definition in tests/cost/test_kernels.py, and the cost model's code before this kernel),
     device by device, so the bytes are equal to the last bit."""
     n_dev = usable.size
-    out = np.zeros((9, n_dev))
+    out = np.zeros((10, n_dev))
     dense = np.empty((5, n_dev))
     by_copy = np.zeros((n_copies, n_dev))
     seen = np.zeros(n_copies, dtype=np.bool_)
+    # the copies' weights without the sleeping rollout's (only when it sleeps)
+    awake = np.zeros((n_copies, n_dev))
+    awake_seen = np.zeros(n_copies, dtype=np.bool_)
     for i in range(starts.size - 1):
         dense[:] = 0.0
         for j in range(starts[i], starts[i + 1]):
@@ -553,12 +564,18 @@ def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
             for r in range(5):
                 dense[r, d] = slots[r, j]
         c = copy_of[i]
+        counts_awake = rollout_sleeps and i != generation
         for d in range(n_dev):
             w = dense[0, d]
             if not seen[c]:
                 by_copy[c, d] = w
             else:
                 by_copy[c, d] = max(by_copy[c, d], w)
+            if counts_awake:
+                if not awake_seen[c]:
+                    awake[c, d] = w
+                else:
+                    awake[c, d] = max(awake[c, d], w)
             if i == 0:
                 out[2, d] = dense[1, d]
                 out[3, d] = dense[2, d]
@@ -569,6 +586,8 @@ def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
                 if dense[4, d] > 0:
                     out[6, d] = 1.0
         seen[c] = True
+        if counts_awake:
+            awake_seen[c] = True
         if i == generation:
             out[8] = dense[3]
     for d in range(n_dev):
@@ -576,13 +595,21 @@ def group_memory_rows(slots: np.ndarray, flat: np.ndarray, starts: np.ndarray,
         for c in range(n_copies):
             weights = weights + by_copy[c, d]
         resident = weights + out[2, d]
-        out[0, d] = resident + out[3, d]
-        out[1, d] = weights
         out[4, d] = resident
         kv = usable[d] - resident
         if kv_pool_kept:
             kv = kv - out[3, d]
         out[5, d] = kv
+        if rollout_sleeps and generation >= 0:
+            others = 0.0
+            for c in range(n_copies):
+                others = others + awake[c, d]
+            out[1, d] = others
+            out[9, d] = weights - others
+            out[0, d] = max(others + out[2, d] + out[3, d], resident)
+        else:
+            out[0, d] = resident + out[3, d]
+            out[1, d] = weights
         if out[6, d] > 0 and out[0, d] > usable[d]:
             out[7, d] = 1.0
     return out

@@ -339,7 +339,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             [r.violations for r in results.values() if r.violations]))
         memory = MemoryReport(tuple([(g.peak_ids, g.peak_bytes) for g in groups]),
                               tuple([(g.over, g.over_bytes) for g in groups if g.over.size]),
-                              self._gpus)
+                              self._gpus, tuple([(g.rows, g.kv_pool) for g in groups]),
+                              self._mem_bytes)
         data_s = self._weight_sync(gen, placements["actor_training"], plan.sync_relay)
         devices = {t: d for g in groups for t, d in g.device_sets}
         # (the formula directly, not through sync_overheads: one call less per estimate)

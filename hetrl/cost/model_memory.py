@@ -123,8 +123,10 @@ class MemoryTerms:
         layout = self._copy_groups.get(layout_key)
         if layout is None:
             layout = self._copy_groups[layout_key] = group_layout(placements, copies, self._info)
+        wl = self.workload
         return group_rows(placements, slots, layout, len(copies), self._mem_bytes,
-                          self.workload.mode == "async"), layout[2]
+                          wl.mode == "async", wl.mode == "sync" and wl.gen_sleep_level > 0
+                          ), layout[2]
 
     def _structure(self, plan: Plan) -> tuple[tuple[str, ...], list[tuple[list[int],
                                                                            tuple[str, ...]]]]:
@@ -190,15 +192,15 @@ class MemoryTerms:
         if out is not None:
             return out
         mem = self._group_memory(placements, copies)
-        generation = None
+        generation = budget = None
         peak_bytes = mem.need
         if mem.generation >= 0:
             budget = self._kv_pool(placements[mem.generation], mem.kv_budget)
             generation = self.generation_cost(placements[mem.generation], budget)
             peak_bytes = generation_peak_bytes(mem, budget, generation.concurrency)
         out = GroupResult(mem.over, mem.over_bytes, mem.ids, peak_bytes, generation,
-                           tuple(zip([p.task for p in placements], mem.device_sets,
-                                     strict=True)))
+                          tuple(zip([p.task for p in placements], mem.device_sets, strict=True)),
+                          mem.rows, budget)
         self._groups[key] = out
         return out
 

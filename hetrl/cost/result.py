@@ -3,6 +3,7 @@ and the :class:`TaskResult` of one task inside it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -16,13 +17,19 @@ class MemoryReport:
     (a search makes estimates by the hundred thousand and reads these of one or two).
 
     ``peaks``: per group, its device ids and the bytes per device at peak (indexed by device id);
-    ``over``: per group whose devices exceed their usable memory, those device ids and a (5, k)
-    array of their needed, weight, trained-state, working and usable bytes; ``gpus``: per device
-    of the cluster, its GPU type name and memory (GB)."""
+    ``over``: per group whose devices exceed their usable memory, those device ids and a (6, k)
+    array of their needed, weight, trained-state, working and usable bytes and the bytes a
+    sleeping rollout engine's weights add while it generates; ``gpus``: per device of the
+    cluster, its GPU type name and memory (GB)."""
 
     peaks: tuple[tuple[np.ndarray, np.ndarray], ...]
     over: tuple[tuple[np.ndarray, np.ndarray], ...]
     gpus: tuple[tuple[str, float], ...]
+    #: per group the rows of its memory kernel (:data:`~hetrl.cost.kernels.GROUP_MEMORY_ROWS`,
+    #: bytes over all devices) and the KV pool its rollout engine allocates (None: no rollout)
+    terms: tuple[tuple[np.ndarray, np.ndarray | None], ...] = ()
+    #: usable bytes per device (memory x usable_memory_fraction)
+    usable: np.ndarray | None = None
 
     def peak_gb(self) -> dict[int, float]:
         """Device id -> peak GB (1e9 bytes), in device order."""
@@ -31,17 +38,43 @@ class MemoryReport:
         order = np.argsort(ids, kind="stable")
         return dict(zip(ids[order].tolist(), gb[order].tolist(), strict=True))
 
+    def breakdown(self) -> dict[int, dict[str, Any]]:
+        """Device id -> its memory terms in GB (1e9 bytes), in device order: ``weights`` (model
+        copies resident throughout), ``states`` (gradients and optimizer states),
+        ``working`` (the largest working set), ``rollout_weights`` (a sleeping rollout's
+        weights, on the GPU while it generates), ``kv_pool`` (the KV cache its rollout engine
+        allocates there), ``need`` (what the plan needs outside the KV cache), ``peak``,
+        ``usable`` and ``over`` (need - usable when positive)."""
+        peaks = self.peak_gb()
+        out = {}
+        for ((ids, _), (rows, kv_pool)) in zip(self.peaks, self.terms, strict=True):
+            for d in ids.tolist():
+                gb = {name: float(rows[i, d]) / 1e9 for i, name in
+                      ((1, "weights"), (2, "states"), (3, "working"), (9, "rollout_weights"),
+                       (0, "need"))}
+                generates = kv_pool is not None and rows[8, d] > 0
+                usable = float(self.usable[d]) / 1e9 if self.usable is not None else math.nan
+                out[d] = {"gpu": self.gpus[d][0], "memory": self.gpus[d][1], **gb,
+                          "kv_pool": max(float(kv_pool[d]), 0.0) / 1e9 if generates else 0.0,
+                          "peak": peaks[d], "usable": usable,
+                          "over": max(gb["need"] - usable, 0.0)}
+        return dict(sorted(out.items()))
+
     def messages(self) -> tuple[str, ...]:
         """One message per device over its usable memory, in device order."""
         rows = sorted((d, *col) for ids, table in self.over
                       for d, col in zip(ids.tolist(), table.T.tolist(), strict=True))
         out = []
-        for d, need, weights, states, working, usable in rows:
+        for d, need, weights, states, working, usable, rollout in rows:
             name, memory_gb = self.gpus[d]
+            phases = f"working {working / 1e9:.1f}"
+            if rollout > 0:  # the larger of the other tasks' working sets and the rollout's phase
+                phases = (f"then the larger of working {working / 1e9:.1f} and the sleeping "
+                          f"rollout's weights {rollout / 1e9:.1f} while it generates")
             out.append(
                 f"device {d} ({name}): needs {need / 1e9:.1f} GB (weights {weights / 1e9:.1f}, "
-                f"grads+optimizer {states / 1e9:.1f}, working {working / 1e9:.1f}) "
-                f"> usable {usable / 1e9:.1f} GB of {memory_gb:g} GB")
+                f"grads+optimizer {states / 1e9:.1f}, {phases}) > usable {usable / 1e9:.1f} GB "
+                f"of {memory_gb:g} GB, over by {(need - usable) / 1e9:.1f} GB")
         return tuple(out)
 
 
@@ -95,6 +128,7 @@ class Estimate:
             "feasible": self.feasible,
             "violations": list(self.violations),
             "peak_memory_gb": {str(d): gb for d, gb in self.peak_memory_gb.items()},
+            "memory_gb": {str(d): terms for d, terms in self.memory.breakdown().items()},
             "tasks": dict(self.tasks),
             "parts": {t: dict(p) for t, p in self.parts.items()},
             "chain_s": self.chain_s,

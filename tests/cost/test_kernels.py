@@ -376,18 +376,24 @@ def test_forward_replica_equals_its_definition(kind):
 
 # --- a task group's memory --------------------------------------------------------------------
 
-def _group_memory_by_definition(placements, n_copies, generation, usable, kv_pool_kept):
+def _group_memory_by_definition(placements, n_copies, generation, usable, kv_pool_kept,
+                                rollout_sleeps):
     """The numpy definition over dense per-placement arrays (``placements``: (5 x k rows, device
     ids, copy index)): a copy's weights the largest of its placements', states summed, working
     sets the largest, devices used where any placement has a tasklet; resident = the copies'
-    weights (added in copy order) + states."""
+    weights (added in copy order) + states. A sleeping rollout (``rollout_sleeps`` and a
+    generation placement): the other phases hold the copies without the rollout's weights."""
     by_copy: dict[int, np.ndarray] = {}
+    awake: dict[int, np.ndarray] = {}
     states = working = used = kv = None
     for i, (rows, flat, copy) in enumerate(placements):
         dense = np.zeros((5, usable.size))
         dense[:, flat] = rows
         prev = by_copy.get(copy)
         by_copy[copy] = dense[0] if prev is None else np.maximum(prev, dense[0])
+        if i != generation:
+            prev = awake.get(copy)
+            awake[copy] = dense[0] if prev is None else np.maximum(prev, dense[0])
         if states is None:
             states, working, used = dense[1], dense[2], dense[4] > 0
         else:
@@ -401,16 +407,22 @@ def _group_memory_by_definition(placements, n_copies, generation, usable, kv_poo
     kv_budget = usable - resident
     if kv_pool_kept:
         kv_budget = kv_budget - working
+    rollout = np.zeros(usable.size)
+    if rollout_sleeps and generation >= 0:
+        others = sum(awake.get(c, np.zeros(usable.size)) for c in range(n_copies))
+        rollout = weights - others
+        need = np.maximum(others + states + working, resident)
+        weights = others
     over = used & (need > usable)
     return np.array([need, weights, states, working, resident, kv_budget, used, over,
-                     np.zeros(usable.size) if kv is None else kv])
+                     np.zeros(usable.size) if kv is None else kv, rollout])
 
 
 @BOTH
 def test_group_memory_rows_equal_their_definition(compiled):
     fn = _fn(kernels.group_memory_rows, compiled)
     rng = np.random.default_rng(11)
-    checked_over = 0
+    checked_over = checked_sleep = 0
     for trial in range(150):
         n_dev = int(rng.integers(2, 24))
         n_copies = int(rng.integers(1, 4))
@@ -425,12 +437,17 @@ def test_group_memory_rows_equal_their_definition(compiled):
         generation = int(rng.integers(-1, len(placements)))
         usable = rng.uniform(2e10, 8e10, n_dev)
         kept = bool(trial % 2)
-        want = _group_memory_by_definition(placements, n_copies, generation, usable, kept)
+        sleeps = not kept and trial % 4 == 0
+        want = _group_memory_by_definition(placements, n_copies, generation, usable, kept,
+                                           sleeps)
         starts = np.cumsum([0] + [rows.shape[1] for rows, _, _ in placements])
         got = fn(np.concatenate([r for r, _, _ in placements], axis=1),
                  np.concatenate([f for _, f, _ in placements]), starts,
-                 np.array([c for _, _, c in placements]), n_copies, generation, usable, kept)
+                 np.array([c for _, _, c in placements]), n_copies, generation, usable, kept,
+                 sleeps)
         assert got.shape == want.shape
         assert np.array_equal(got, want.astype(float)), trial
         checked_over += int(want[7].any())
+        checked_sleep += int(sleeps and generation >= 0 and want[9].any())
     assert checked_over > 10  # some groups do not fit: the over row is exercised
+    assert checked_sleep > 10  # and some sleeping rollouts add weights of their own

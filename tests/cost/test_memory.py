@@ -5,6 +5,8 @@ Qwen3-8B: 8,190,726,144 parameters (see test_tasks.py for the count), bf16 weigh
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hetrl.cost.flops import activation_coeff, stage_shapes
@@ -90,7 +92,7 @@ def test_everything_on_one_gpu_is_flagged_with_numbers(a100x8):
     assert not est.feasible
     expected = (f"device 3 (A100-80GB): needs {need:.1f} GB (weights {weights:.1f}, "
                 f"grads+optimizer {states:.1f}, working {working:.1f}) > usable {usable:.1f} GB "
-                "of 80 GB")
+                f"of 80 GB, over by {need - usable:.1f} GB")
     assert est.violations[0] == expected
     # Nothing is left for the KV cache: generation reports it too.
     assert any("KV cache budget" in v and "stage 0 (A100-80GB)" in v for v in est.violations)
@@ -151,3 +153,49 @@ def test_activation_coefficient_follows_the_swiglu_width():
     assert activation_coeff(model_preset("Llama-3.1-8B"), 34.0) == 38.0
     # the parameter still shifts every model's coefficient one for one
     assert activation_coeff(model_preset("Qwen3-8B"), 30.0) == 31.0
+
+
+def _rollout_at_tp1_beside_tp4(wl, cluster):
+    """Every task at tp 4 on the 8 GPUs but the rollout at tp 1: its shard (the whole model) is
+    three quarters of the model more than the trainer's tp-4 shard of the same copy."""
+    plan = colocated_plan(wl, cluster, tp=4)
+    gen = make_placement("actor_generation", list(range(8)), 8, 1, 1, 36)
+    return dataclasses.replace(plan, placements=tuple(
+        gen if p.task == "actor_generation" else p for p in plan.placements))
+
+
+def test_a_sleeping_rollout_holds_its_weights_only_while_it_generates(a100x8):
+    asleep = workload_preset("qwen3-8b-grpo-sync")  # gen_sleep_level 1, vLLM's sleep mode
+    awake = asleep.with_(gen_sleep_level=0)  # no sleep mode: the weights stay
+    plan = _rollout_at_tp1_beside_tp4(asleep, a100x8)
+    est_s = CostModel(asleep, a100x8).estimate(plan)
+    est_a = CostModel(awake, a100x8).estimate(plan)
+    extra = 2 * PARAMS_8B * (1 - 1 / 4) / GB  # the rollout's shard beyond the trainer's
+    for d in range(8):
+        s, a = est_s.memory.breakdown()[d], est_a.memory.breakdown()[d]
+        assert s["rollout_weights"] == pytest.approx(extra, rel=1e-12) and a["rollout_weights"] == 0
+        assert s["weights"] + s["rollout_weights"] == pytest.approx(a["weights"], rel=1e-12)
+        assert s["states"] == a["states"] and s["working"] == a["working"]
+        # the other phases without the rollout's weights, the generation phase with them
+        assert s["need"] == pytest.approx(max(s["weights"] + s["states"] + s["working"],
+                                              a["weights"] + a["states"]), rel=1e-12)
+        assert a["need"] == pytest.approx(a["weights"] + a["states"] + a["working"], rel=1e-12)
+        assert s["need"] < a["need"]
+        # the rollout's KV pool is what it was: generation is priced as before
+        assert s["kv_pool"] == a["kv_pool"] > 0
+    assert est_s.tasks["actor_generation"] == est_a.tasks["actor_generation"]
+
+
+def test_a_device_over_its_memory_names_the_sleeping_rollouts_weights():
+    wl = workload_preset("qwen3-8b-grpo-sync")
+    l4 = homogeneous("L4", 1, 8)
+    est = CostModel(wl, l4).estimate(_rollout_at_tp1_beside_tp4(wl, l4))
+    assert not est.feasible
+    first = est.violations[0]
+    row = est.memory.breakdown()[0]
+    assert first.startswith(f"device 0 (L4): needs {row['need']:.1f} GB (weights "
+                            f"{row['weights']:.1f}, grads+optimizer {row['states']:.1f}, then the "
+                            f"larger of working {row['working']:.1f} and the sleeping rollout's "
+                            f"weights {row['rollout_weights']:.1f} while it generates) > usable "
+                            "22.1 GB of 24 GB, over by ")
+    assert row["over"] == pytest.approx(row["need"] - row["usable"])
