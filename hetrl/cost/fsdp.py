@@ -28,6 +28,12 @@ from hetrl.cost.params import CostParams
 GATHERED_LAYERS = 2
 
 
+#: Bytes per parameter of the sharded parameters a trained FSDP model keeps: fp32, the master
+#: copy that ``CostParams.optimizer_state_bytes`` counts (verl loads the actor and the critic in
+#: fp32 and casts each gathered layer to bf16: MixedPrecision(param_dtype=bf16)).
+FP32_BYTES = 4
+
+
 def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int | Batching,
                       L: LengthStats, params: CostParams, recompute: bool, offload: bool
                       ) -> tuple[float, float, float]:
@@ -35,22 +41,28 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     "inference") task holding ``n`` sequences per optimizer step (``shape``: the whole model,
     pp = tp = 1).
 
-    The weights row is 0: the rank's bf16 shard is its own state, not a full copy another task
-    on the device could share (a co-located rollout engine holds its own copy, as vLLM does;
-    two FSDP tasks of one model each count their shard: conservative by 1/dp of the weights).
-    States: the bf16 shard and, in training, fp32 gradients and Adam states, each / dp
-    (offload: the gradient shard only). Working: one micro-batch's activations (training: as
-    one pipeline stage; inference: one layer's live tensors) and logits, and the gathered
-    weights (training: and unsharded gradients) of ``GATHERED_LAYERS`` layers."""
+    Weights: the rank's parameter shard, / dp: in training the fp32 master copy
+    (:data:`FP32_BYTES`: FSDP keeps no separate bf16 shard), in inference the model's values
+    (the reference's bf16). The cost model counts it under the model's FSDP copy, so the
+    model's FSDP tasks on the same devices share it (verl's actor computes old log-probs with
+    the module it trains), while a co-located rollout engine holds its own copy, as vLLM does.
+    States (training): fp32 gradients and the rest of the Adam states (m and v), each / dp;
+    offload: the parameters and optimizer states in host memory, the gradient shard only.
+    Working: one micro-batch's activations (training: as one pipeline stage; inference: one
+    layer's live tensors) and logits, and the gathered weights (training: and unsharded
+    gradients) of ``GATHERED_LAYERS`` layers."""
     value = shape.bytes_per_value
     per_layer = shape.params / max(shape.layers, 1)
     training = kind == "training"
+    weights = 0.0
     if offload:
         states = shape.params * params.grad_bytes / dp if training else 0.0
     elif training:
-        states = shape.params * (value + params.grad_bytes + params.optimizer_state_bytes) / dp
+        weights = shape.params * FP32_BYTES / dp
+        states = shape.params * (params.grad_bytes + max(params.optimizer_state_bytes
+                                                         - FP32_BYTES, 0)) / dp
     else:
-        states = shape.params * value / dp
+        weights, states = shape.params * value / dp, 0.0
     tokens, _ = memory_tokens(n, mbs, L)  # one micro-batch's, as costed (padding included)
     if training:
         act = shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
@@ -58,7 +70,7 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     else:
         act = 16.0 * tokens * shape.model.hidden  # one layer's live tensors (see memory.py)
         gathered = GATHERED_LAYERS * per_layer * value
-    return 0.0, states, act + shape.logits_bytes(tokens) + gathered
+    return weights, states, act + shape.logits_bytes(tokens) + gathered
 
 
 def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: float,

@@ -144,18 +144,31 @@ def placement_memory_of(slots: np.ndarray, device_array: np.ndarray,
     return PlacementMemory(dense[0], dense[1], dense[2], dense[3])
 
 
-def plan_structure(tasks: tuple[str, ...], group_tasks: Sequence[tuple[str, ...]],
-                   info: dict[str, tuple[str, str, str]]
+#: The suffix of a model's FSDP copy: an FSDP task's parameter shard is shared by the model's
+#: other FSDP tasks on the same devices, never with its Megatron layouts or a rollout engine.
+FSDP_COPY = ":fsdp"
+
+
+def copy_names(placements: Sequence[TaskPlacement], info: dict[str, tuple[str, str, str]]
+               ) -> tuple[str, ...]:
+    """Each placement's model copy name: its task's (``info``: per task (kind, role, model copy
+    name)), with :data:`FSDP_COPY` appended for an FSDP placement."""
+    return tuple([info[p.task][2] + FSDP_COPY if p.backend == "fsdp" else info[p.task][2]
+                  for p in placements])
+
+
+def plan_structure(names: tuple[str, ...], group_tasks: Sequence[tuple[str, ...]],
+                   tasks: tuple[str, ...]
                    ) -> tuple[tuple[str, ...], list[tuple[list[int], tuple[str, ...]]]]:
-    """The model copies of a plan's ``tasks`` (in plan order) in order of first use, and per
-    task group (``group_tasks``: each group's tasks) the indices of its placements and its
-    copies in that order; one group of all if the groups do not partition the tasks.
-    ``info``: per task (kind, role, model copy name)."""
-    copies = tuple(dict.fromkeys(info[t][2] for t in tasks))
+    """The model copies of a plan's placements (``names``: each one's copy name, in plan order,
+    :func:`copy_names`; ``tasks``: each one's task) in order of first use, and per task group
+    (``group_tasks``: each group's tasks) the indices of its placements and its copies in that
+    order; one group of all if the groups do not partition the tasks."""
+    copies = tuple(dict.fromkeys(names))
     groups = []
     for g in group_tasks:
         idx = [i for i, t in enumerate(tasks) if t in g]
-        mine = {info[tasks[i]][2] for i in idx}
+        mine = {names[i] for i in idx}
         groups.append((idx, tuple(c for c in copies if c in mine)))
     if sorted(i for idx, _ in groups for i in idx) != list(range(len(tasks))):
         groups = [(list(range(len(tasks))), copies)]  # not a partition: one group
@@ -163,16 +176,16 @@ def plan_structure(tasks: tuple[str, ...], group_tasks: Sequence[tuple[str, ...]
 
 
 def group_layout(placements: Sequence[TaskPlacement], copies: tuple[str, ...],
-                 info: dict[str, tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray, int]:
+                 names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, int]:
     """A task group's column layout for :func:`~hetrl.cost.kernels.group_memory_rows`: each
-    placement's first column, its model copy's index in ``copies`` and the generation
-    placement's index (-1: none). ``info``: per task (kind, role, model copy name)."""
+    placement's first column, its model copy's index in ``copies`` (``names``: each
+    placement's copy name) and the generation placement's index (-1: none)."""
     tasks = [p.task for p in placements]
     starts = [0]
     for p in placements:
         starts.append(starts[-1] + p.dp * p.pp * p.tp)
     return (np.array(starts, dtype=np.int64),
-            np.array([copies.index(info[t][2]) for t in tasks], dtype=np.int64),
+            np.array([copies.index(n) for n in names], dtype=np.int64),
             tasks.index("actor_generation") if "actor_generation" in tasks else -1)
 
 

@@ -16,6 +16,7 @@ from hetrl.cost.group_memory import (  # (re-exported: the answers' data classes
     GroupMemory,
     GroupResult,
     PlacementMemory,
+    copy_names,
     generation_peak_bytes,
     group_layout,
     group_memory_of,
@@ -119,10 +120,12 @@ class MemoryTerms:
         order of first use, so that a group adds in the same order as the whole plan),
         read-only, and the index of the generation placement among them (-1: none)."""
         # the layout: each placement's columns, model copy and the generation task
-        layout_key = ("group layout", copies, *[(p.task, p.dp * p.pp * p.tp) for p in placements])
+        layout_key = ("group layout", copies,
+                      *[(p.task, p.dp * p.pp * p.tp, p.backend) for p in placements])
         layout = self._copy_groups.get(layout_key)
         if layout is None:
-            layout = self._copy_groups[layout_key] = group_layout(placements, copies, self._info)
+            layout = self._copy_groups[layout_key] = group_layout(
+                placements, copies, copy_names(placements, self._info))
         wl = self.workload
         return group_rows(placements, slots, layout, len(copies), self._mem_bytes,
                           wl.mode == "async", wl.mode == "sync" and wl.gen_sleep_level > 0
@@ -131,12 +134,13 @@ class MemoryTerms:
     def _structure(self, plan: Plan) -> tuple[tuple[str, ...], list[tuple[list[int],
                                                                            tuple[str, ...]]]]:
         """:func:`~hetrl.cost.group_memory.plan_structure` of ``plan`` (memoised per task
-        layout)."""
-        tasks = tuple([p.task for p in plan.placements])
-        key = (tasks, tuple([g.tasks for g in plan.groups]))
+        layout and backends)."""
+        pl = plan.placements
+        key = (tuple([(p.task, p.backend) for p in pl]), tuple([g.tasks for g in plan.groups]))
         out = self._copy_groups.get(key)
         if out is None:
-            out = self._copy_groups[key] = plan_structure(tasks, key[1], self._info)
+            out = self._copy_groups[key] = plan_structure(
+                copy_names(pl, self._info), key[1], tuple([p.task for p in pl]))
         return out
 
     def kv_budgets(self, plan: Plan) -> np.ndarray:

@@ -211,10 +211,8 @@ class Arm:
                 whole = stage_shapes(shape, (shape.layers,), 1, info.role in LM_HEAD_ROLES,
                                      wl.bytes_per_value)[0]
                 mbs = micro_batching(wl, info.kind, task)
-                _, states, working = fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp,
-                                                       mbs, self.model.L, prm, wl.recompute,
-                                                       offload)
-                need = states + working
+                need = sum(fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp, mbs,
+                                             self.model.L, prm, wl.recompute, offload))
             else:
                 per_param = wl.bytes_per_value + (prm.grad_bytes + prm.optimizer_state_bytes / dp
                                                   if training else 0.0)

@@ -60,20 +60,45 @@ def test_verl_fsdp_ppo_recipe_fits_and_generates_at_full_concurrency():
 
 
 def test_fsdp_shards_the_states_over_the_group():
-    """A trained model's resident bytes per GPU fall as 1/dp: weights, gradients and Adam
-    states are all sharded."""
+    """A trained model's resident bytes per GPU fall as 1/dp: its fp32 parameters (the master
+    copy: no bf16 shard besides them), gradients and Adam m and v are all sharded, 16 bytes per
+    parameter in all."""
     wl, cl = verl_ppo_7b(), cluster_preset("paper24-a100-single-region")
     model = CostModel(wl, cl)
     layers = wl.model("actor").layers
-    per = {}
+    weights, states = {}, {}
     for n in (8, 16):
         p = make_placement("actor_training", tuple(range(n)), n, 1, 1, layers, backend="fsdp")
-        per[n] = float(model.placement_memory(p).states.max())
+        weights[n] = float(model.placement_memory(p).weights.max())
+        states[n] = float(model.placement_memory(p).states.max())
     shape = wl.model("actor")
     prm = model.params
-    expect = shape.params * (wl.bytes_per_value + prm.grad_bytes + prm.optimizer_state_bytes)
+    assert prm.grad_bytes + prm.optimizer_state_bytes == 16
     for n in (8, 16):
-        assert per[n] == pytest.approx(expect / n, rel=1e-6)
+        assert weights[n] == pytest.approx(shape.params * 4 / n, rel=1e-6)
+        assert states[n] == pytest.approx(shape.params * (4 + 8) / n, rel=1e-6)
+
+
+def test_a_models_fsdp_tasks_share_its_shard_and_the_rollout_keeps_its_own(a100x8):
+    """verl computes the actor's old log-probs with the FSDP module it trains: one fp32 shard
+    on each GPU for both tasks; the co-located rollout engine holds its own bf16 weights beside
+    it, in the generation phase (a sleeping rollout's weights leave while the trainer works)."""
+    wl = verl_ppo_7b()
+    model = CostModel(wl, a100x8)
+    plan = colocated(wl, 8, "fsdp")
+    mem = model.estimate(plan).memory.breakdown()
+    shape = wl.model("actor")
+    by_task = {p.task: model.placement_memory(p) for p in plan.placements}
+    train, old = by_task["actor_training"], by_task["actor_inference"]
+    assert old.weights[0] == pytest.approx(shape.params * 2 / 8, rel=1e-9)  # its bf16 view
+    assert train.weights[0] == pytest.approx(shape.params * 4 / 8, rel=1e-9)
+    # the plan's resident weights: the actor's fp32 shard once, the critic's, the reference's
+    # bf16 one; the rollout's tp-4 copy only while it generates
+    others = sum(float(by_task[t].weights[0]) for t in
+                 ("actor_training", "critic_training", "reference_inference"))
+    assert mem[0]["weights"] * 1e9 == pytest.approx(others, rel=1e-9)
+    gen = float(by_task["actor_generation"].weights[0])
+    assert mem[0]["rollout_weights"] * 1e9 == pytest.approx(gen, rel=1e-9)
 
 
 def test_fsdp_gathers_hide_behind_compute_until_the_network_is_slow():
@@ -105,9 +130,11 @@ def test_offload_trades_memory_for_host_traffic():
                         offload=True)
     off = replace(on, offload=False)
     prm, shape = model.params, wl.model("actor")
-    kept = prm.grad_bytes / (wl.bytes_per_value + prm.grad_bytes + prm.optimizer_state_bytes)
+    kept = prm.grad_bytes / (prm.grad_bytes + prm.optimizer_state_bytes)
+    resident = model.placement_memory(off)
     assert model.placement_memory(on).states.max() == pytest.approx(
-        kept * model.placement_memory(off).states.max(), rel=1e-9)
+        kept * (resident.states + resident.weights).max(), rel=1e-9)
+    assert model.placement_memory(on).weights.max() == 0
     trip = 2 * shape.params * (wl.bytes_per_value + prm.optimizer_state_bytes) / 8 / (
         prm.host_link_GBps * 1e9)
     assert wl.optimizer_steps > 1
