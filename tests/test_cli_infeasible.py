@@ -33,7 +33,7 @@ def test_simulate_refuses_a_plan_that_does_not_fit(capsys, too_big, tmp_path):
     code, out, err = run(capsys, "simulate", *JOB, "-p", too_big, "--trace-raw", trace)
     assert out == ""
     assert_user_error(code, err, "does not fit a100x8", "device 0 (A100-80GB): needs",
-                      "> usable 73.6 GB of 80 GB", "more)", command="simulate")
+                      "> usable 79.0 GB of 85.9 GB", "more)", command="simulate")
     assert not trace.exists()
 
 
@@ -46,10 +46,10 @@ def test_run_refuses_a_plan_that_does_not_fit_before_starting_ray(capsys, too_bi
 
 
 def test_bound_of_a_job_no_plan_can_fit_exits_2(capsys):
-    code, out, err = run(capsys, "bound", "-w", "qwen3-14b-ppo-sync", "-c", "a100x8")
+    code, out, err = run(capsys, "bound", "-w", "qwen3-14b-ppo-sync", "-c", "hetero8-two-region")
     assert out == ""
-    assert_user_error(code, err, "qwen3-14b-ppo-sync cannot fit on a100x8", "GB short",
-                      command="bound")
+    assert_user_error(code, err, "qwen3-14b-ppo-sync cannot fit on hetero8-two-region",
+                      "GB short", command="bound")
 
 
 def test_bound_of_a_job_that_fits_still_answers(capsys):

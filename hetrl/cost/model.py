@@ -111,7 +111,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                 workload, cluster, params, length_stats(workload), mem_bytes,
                 info={t.name: (t.kind, t.role, self._copy_name(t.name)) for t in workload.tasks},
                 stages=[[t.name for t in workload.tasks if t.stage == s] for s in (0, 1, 2)],
-                gpus=tuple((d.gpu.name, d.gpu.memory_gb) for d in cluster.devices),
+                gpus=tuple((d.gpu.name, d.gpu.memory_bytes / 1e9) for d in cluster.devices),
                 symmetry=node_symmetry(cluster),
                 batching={t.name: micro_batching(workload, t.kind, t.name)
                           for t in workload.tasks if t.kind != "generation"},

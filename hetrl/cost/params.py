@@ -105,7 +105,9 @@ class CostParams:
     driver_s_per_token: float = 0.7e-6
     rule_reward_s_per_sequence: float = 0.0
     prefill_chunk_tokens: int = 8192  # vLLM max_num_batched_tokens: one prefill chunk
-    usable_memory_fraction: float = 0.92  # rest: CUDA context, allocator fragmentation
+    # of the memory the driver reports (GPUType.memory_bytes); the rest: the driver's reserved
+    # block (0.35-0.76 GiB on the catalog's parts), the CUDA context, allocator fragmentation
+    usable_memory_fraction: float = 0.92
     grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
     optimizer_state_bytes: int = 12  # fp32 master copy + Adam m and v, sharded over DP (ZeRO-1)
     optimizer_step_hbm_bytes: int = 32  # HBM traffic per parameter of one Adam step (read+write)

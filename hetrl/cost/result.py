@@ -20,7 +20,7 @@ class MemoryReport:
     ``over``: per group whose devices exceed their usable memory, those device ids and a (6, k)
     array of their needed, weight, trained-state, working and usable bytes and the bytes a
     sleeping rollout engine's weights add while it generates; ``gpus``: per device of the
-    cluster, its GPU type name and memory (GB)."""
+    cluster, its GPU type name and memory (GB: the driver's total, ``GPUType.memory_bytes``)."""
 
     peaks: tuple[tuple[np.ndarray, np.ndarray], ...]
     over: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -74,7 +74,7 @@ class MemoryReport:
             out.append(
                 f"device {d} ({name}): needs {need / 1e9:.1f} GB (weights {weights / 1e9:.1f}, "
                 f"grads+optimizer {states / 1e9:.1f}, {phases}) > usable {usable / 1e9:.1f} GB "
-                f"of {memory_gb:g} GB, over by {(need - usable) / 1e9:.1f} GB")
+                f"of {memory_gb:.1f} GB, over by {(need - usable) / 1e9:.1f} GB")
         return tuple(out)
 
 

@@ -13,6 +13,7 @@ import yaml
 from hetrl.errors import SpecError, did_you_mean, find_name, positive, require, string
 
 INTRA_LINK_KINDS = ("nvlink", "pcie")
+MIB = 2**20  # bytes
 #: The GPU types of the paper's testbed and the catalog's first entries: random clusters draw
 #: from these unless told otherwise (the catalog's later types, H20 to RTX-4090, came with
 #: issue 57).
@@ -24,7 +25,10 @@ class GPUType:
     """One GPU model.
 
     Units: ``bf16_tflops`` dense bf16 TFLOPS (1e12 FLOP/s); ``fp8_tflops`` dense FP8 TFLOPS
-    (0: the type has no FP8 tensor cores); ``memory_gb`` GB (1e9 bytes);
+    (0: the type has no FP8 tensor cores); ``memory_gb`` the marketed memory, GB (1e9 bytes);
+    ``memory_mib`` the total the driver reports (nvidia-smi), MiB (2^20 bytes; 0: not known,
+    the marketed figure is used): an "80 GB" HBM part has 81,920 or 81,559 MiB, 85.9 or 85.5e9
+    bytes, while ECC-on GDDR parts report about their marketed GB;
     ``hbm_gbps`` memory bandwidth GB/s (1e9 bytes/s); ``intra_link_gbps`` GPU<->GPU bandwidth
     inside a node, GB/s per direction; ``node_nic_gbps`` default node network, Gbit/s.
     """
@@ -38,6 +42,7 @@ class GPUType:
     node_nic_gbps: float = 100.0
     source: str = ""
     fp8_tflops: float = 0.0
+    memory_mib: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -55,7 +60,8 @@ class GPUType:
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gb * 1e9
+        """The device's memory in bytes: the driver's total where known, else the marketed."""
+        return self.memory_mib * MIB if self.memory_mib else self.memory_gb * 1e9
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -63,8 +69,9 @@ class GPUType:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        if not out["fp8_tflops"]:  # (a type without FP8 reads as it always did)
-            del out["fp8_tflops"]
+        for key in ("fp8_tflops", "memory_mib"):  # (unset: the type reads as it always did)
+            if not out[key]:
+                del out[key]
         return out
 
     @classmethod
@@ -100,7 +107,21 @@ class GPUType:
             node_nic_gbps=positive(f"{field}.node_nic_gbps", data.get("node_nic_gbps", 100.0), 1e5),
             source=string(f"{field}.source", data.get("source", ""), nonempty=False),
             fp8_tflops=_fp8_tflops(f"{field}.fp8_tflops", data.get("fp8_tflops", 0.0)),
+            memory_mib=_memory_mib(f"{field}.memory_mib", data.get("memory_mib", 0.0), mem),
         )
+
+
+def _memory_mib(field: str, value: Any, memory_gb: float) -> float:
+    """The driver's total memory, MiB: 0 (unknown) or within 0.9-1.2 x the marketed
+    ``memory_gb`` (a figure further off is a units slip: GB for MiB, or the other way)."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    mib = positive(field, value, 1e7)
+    ratio = mib * MIB / (memory_gb * 1e9)
+    require(0.9 <= ratio <= 1.2, field, value,
+            f"must be within 0.9-1.2 x memory_gb ({memory_gb:g} GB = {memory_gb * 1e9 / MIB:,.0f} "
+            f"MiB): the total nvidia-smi reports, in MiB (2^20 bytes)")
+    return mib
 
 
 def _fp8_tflops(field: str, value: Any) -> float:

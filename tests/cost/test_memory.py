@@ -88,11 +88,12 @@ def test_everything_on_one_gpu_is_flagged_with_numbers(a100x8):
     states = 16 * PARAMS_8B / GB  # 131.05 GB
     working = (36 * 35 * 2048 * 4096 + 2048 * 151_936 * 2) / GB  # training is the largest
     need = weights + states + working  # 190.14 GB
-    usable = 0.92 * 80  # 73.6 GB
+    total = 81920 * 2**20 / GB  # the A100-80GB's 81,920 MiB: 85.9 GB
+    usable = 0.92 * total  # 79.0 GB
     assert not est.feasible
     expected = (f"device 3 (A100-80GB): needs {need:.1f} GB (weights {weights:.1f}, "
                 f"grads+optimizer {states:.1f}, working {working:.1f}) > usable {usable:.1f} GB "
-                f"of 80 GB, over by {need - usable:.1f} GB")
+                f"of {total:.1f} GB, over by {need - usable:.1f} GB")
     assert est.violations[0] == expected
     # Nothing is left for the KV cache: generation reports it too.
     assert any("KV cache budget" in v and "stage 0 (A100-80GB)" in v for v in est.violations)
@@ -108,8 +109,8 @@ def test_qwen3_14b_ppo_on_eight_l4_is_infeasible():
     memory = [v for v in est.violations if v.startswith("device ")]
     assert len(memory) == 8  # every L4
     assert memory[0].startswith("device 0 (L4): needs ")
-    assert "> usable 22.1 GB of 24 GB" in memory[0]  # 0.92 x 24
-    assert all(gb > 22.08 for gb in est.peak_memory_gb.values())
+    assert "> usable 22.2 GB of 24.2 GB" in memory[0]  # 0.92 x 23,034 MiB
+    assert all(gb > 0.92 * 23034 * 2**20 / GB for gb in est.peak_memory_gb.values())
 
 
 def test_feasible_plan_fits_usable_memory(ppo8b, a100x8):
@@ -197,5 +198,5 @@ def test_a_device_over_its_memory_names_the_sleeping_rollouts_weights():
                             f"{row['weights']:.1f}, grads+optimizer {row['states']:.1f}, then the "
                             f"larger of working {row['working']:.1f} and the sleeping rollout's "
                             f"weights {row['rollout_weights']:.1f} while it generates) > usable "
-                            "22.1 GB of 24 GB, over by ")
+                            "22.2 GB of 24.2 GB, over by ")
     assert row["over"] == pytest.approx(row["need"] - row["usable"])

@@ -74,14 +74,15 @@ def test_the_launch_term_is_zero_by_default_and_charged_per_layer_per_forward():
 
 def test_gpu_memory_utilization_caps_the_kv_pool_of_a_dedicated_engine():
     """A dedicated engine's pool takes what is left unless vLLM is told a share: at 0.3 of an
-    80 GB GPU, less its 8 GB weight shard, the pool (and so the concurrency) is smaller."""
+    80 GB GPU (81,920 MiB), less its 8 GB weight shard, the pool (and so the concurrency) is
+    smaller."""
     wl, cl = workload_preset("qwen3-8b-grpo-sync"), cluster_preset("a100x8")
     wl = wl.with_(gen_max_concurrency=4096)
     plan = split_plan(wl, (0, 1, 2, 3), (4, 5, 6, 7))
     free = CostModel(wl, cl)
     capped = CostModel(wl.with_(gen_gpu_memory_utilization=0.3), cl)
     shard = free.shapes("actor_generation", plan.placement("actor_generation"))[0].weight_bytes
-    assert capped.kv_budgets(plan)[0] == pytest.approx(0.3 * 80e9 - shard, rel=1e-9)
+    assert capped.kv_budgets(plan)[0] == pytest.approx(0.3 * 81920 * 2**20 - shard, rel=1e-9)
     assert free.kv_budgets(plan)[0] > capped.kv_budgets(plan)[0]
     assert capped.estimate(plan).generation_concurrency < free.estimate(plan).generation_concurrency
     with pytest.raises(SpecError, match="gen_gpu_memory_utilization"):

@@ -68,7 +68,9 @@ def test_a_bad_fp8_peak_names_the_field(bad):
 def test_derived_units_are_si():
     a100 = gpu_type("A100-80GB")
     assert a100.flops == 312e12
-    assert a100.memory_bytes == 80e9
+    assert a100.memory_gb == 80  # marketed
+    assert a100.memory_bytes == 81920 * 2**20  # what the driver reports: 85.9e9 bytes
+    assert gpu_type("L4").memory_bytes == 23034 * 2**20  # ECC-on GDDR: about its marketed GB
     assert a100.hbm_bytes_per_s == 2039e9
 
 
@@ -135,3 +137,15 @@ def test_missing_and_unknown_keys_are_rejected():
     with pytest.raises(SpecError) as err:
         GPUType.from_dict({**GOOD, "tflops": 1})
     assert err.value.field == "gpu.tflops" and "unknown key" in str(err.value)
+
+
+@pytest.mark.parametrize("mib", [80, 80e9, 60000, -1, True, "81920"])
+def test_a_driver_total_far_from_the_marketed_memory_is_refused(mib):
+    with pytest.raises(SpecError, match="memory_mib"):
+        GPUType.from_dict({"name": "X", "bf16_tflops": 100, "memory_gb": 80, "hbm_gbps": 100,
+                           "memory_mib": mib})
+
+
+def test_a_type_without_a_driver_total_uses_its_marketed_memory():
+    gpu = GPUType.from_dict({"name": "X", "bf16_tflops": 100, "memory_gb": 80, "hbm_gbps": 100})
+    assert gpu.memory_bytes == 80e9 and "memory_mib" not in gpu.to_dict()
