@@ -60,6 +60,9 @@ from hetrl.plan import validate as validate_plan
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script)
+from experiments.unknown_lengths import LENGTHS, plausible_workloads  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 ROWS_DIR = ROOT / "experiments" / "public"
 GPUS_FILE = ROWS_DIR / "gpus.yaml"
@@ -83,7 +86,7 @@ PLACEMENT_EXTRAS = {"backend": "ZeRO-3/FSDP sharding of the trained states",
                     "ep": "expert parallelism of a mixture-of-experts model"}
 COMPARE_KEYS = {"label", "quantity", "value", "unit", "gpus", "epoch_samples", "megatron"}
 ROW_KEYS = {"id", "kind", "split", "source", "source_key", "skip", "workload", "cluster",
-            "padding", "layout", "exclude_tasks", "compare", "gaps"}
+            "padding", "layout", "exclude_tasks", "compare", "gaps", "lengths"}
 
 
 class RowError(Exception):
@@ -109,6 +112,8 @@ class Row:
     exclude_tasks: tuple[str, ...] = ()
     compare: tuple[Mapping[str, Any], ...] = ()
     gaps: str = ""
+    #: "published" (the source gives mean lengths) or "unknown" (only caps: reported apart)
+    lengths: str = "published"
 
 
 # --- rows ------------------------------------------------------------------------------------
@@ -126,6 +131,8 @@ def load_row(path: Path) -> Row:
             raise RowError(f"{path.name}: '{key}' is required")
     if data["kind"] not in KINDS or data["split"] not in SPLITS:
         raise RowError(f"{path.name}: kind must be one of {KINDS}, split one of {SPLITS}")
+    if data.get("lengths", "published") not in LENGTHS:
+        raise RowError(f"{path.name}: lengths must be one of {LENGTHS}")
     if data["id"] != path.stem:
         raise RowError(f"{path.name}: id {data['id']!r} differs from the file name")
     if not data.get("skip"):
@@ -143,7 +150,8 @@ def load_row(path: Path) -> Row:
                cluster=data.get("cluster") or {}, padding=bool(data.get("padding", False)),
                layout=data.get("layout") or {},
                exclude_tasks=tuple(data.get("exclude_tasks") or ()),
-               compare=tuple(data.get("compare") or ()), gaps=str(data.get("gaps") or ""))
+               compare=tuple(data.get("compare") or ()), gaps=str(data.get("gaps") or ""),
+               lengths=data.get("lengths", "published"))
 
 
 def _order(row_id: str) -> tuple[int, int, str]:
@@ -348,40 +356,69 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
-           "reason"]
+           "reason", "lengths", "ratio_low", "ratio_high"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
     out = {c: None for c in COLUMNS}
-    out.update(id=row.id, kind=row.kind, split=row.split, source_key=row.source_key)
+    out.update(id=row.id, kind=row.kind, split=row.split, source_key=row.source_key,
+               lengths=row.lengths)
     out.update(values)
     return out
 
 
+def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, float]], bool,
+                                                   list[str]]:
+    """The row's estimate; per comparison (estimate, measured) in seconds; whether its plan is
+    co-located; the measured GPU types."""
+    workload = build_workload(row)
+    cluster, measured = build_cluster(row)
+    plan = build_plan(row, workload, cluster, measured)
+    _check_exclusions(row, plan, workload)
+    # a component row measures an engine, a trainer or a sync on its own, in a harness
+    # without an RL framework's controller: priced without the framework's costs
+    if row.kind != "step":
+        params = without_framework(params)
+    est = CostModel(workload, cluster, params).estimate(plan)
+    pairs = []
+    for comp in row.compare:
+        estimate = estimate_quantity(comp["quantity"], row, est, plan, workload, params)
+        if not (estimate > 0 and math.isfinite(estimate)):
+            raise RowError(f"{comp.get('label', comp['quantity'])}: the estimate is "
+                           f"{estimate!r} s (not positive)")
+        pairs.append((estimate, measured_seconds(comp, workload)))
+    gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})
+    return est, pairs, is_colocated(plan, workload), gpus
+
+
+def _ratio_ranges(row: Row, params: CostParams, ratios: list[float]
+                  ) -> list[tuple[float | None, float | None]]:
+    """Per comparison the lowest and highest ratio over the row's pricing (``ratios``) and its
+    plausible mean lengths (:mod:`experiments.unknown_lengths`); (None, None) for a row whose
+    lengths are published."""
+    if row.lengths != "unknown":
+        return [(None, None)] * len(ratios)
+    spans = [[r] for r in ratios]
+    for workload in plausible_workloads(row.workload):
+        _, pairs, _, _ = _priced(dataclasses.replace(row, workload=workload), params)
+        for span, (estimate, meas) in zip(spans, pairs, strict=True):
+            span.append(estimate / meas)
+    return [(min(span), max(span)) for span in spans]
+
+
 def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str, Any]]:
     """The comparisons of one row (the first is the row's primary one); a skipped or failing
-    row gives one record with status ``skipped`` and the reason."""
+    row gives one record with status ``skipped`` and the reason. A row whose lengths are
+    unknown carries each ratio's range over plausible mean lengths (``ratio_low``,
+    ``ratio_high``)."""
     if row.skip:
         return [_record(row, primary=True, quantity="-", status="skipped", reason=row.skip)]
     try:
-        workload = build_workload(row)
-        cluster, measured = build_cluster(row)
-        plan = build_plan(row, workload, cluster, measured)
-        _check_exclusions(row, plan, workload)
-        # a component row measures an engine, a trainer or a sync on its own, in a harness
-        # without an RL framework's controller: priced without the framework's costs
-        if row.kind != "step":
-            params = without_framework(params)
-        est = CostModel(workload, cluster, params).estimate(plan)
-        colocated = is_colocated(plan, workload)
-        gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})
+        est, pairs, colocated, gpus = _priced(row, params)
+        ranges = _ratio_ranges(row, params, [e / m for e, m in pairs])
         records = []
-        for i, comp in enumerate(row.compare):
-            estimate = estimate_quantity(comp["quantity"], row, est, plan, workload, params)
-            meas = measured_seconds(comp, workload)
-            if not (estimate > 0 and math.isfinite(estimate)):
-                raise RowError(f"{comp.get('label', comp['quantity'])}: the estimate is "
-                               f"{estimate!r} s (not positive)")
+        for i, (comp, (estimate, meas), (low, high)) in enumerate(
+                zip(row.compare, pairs, ranges, strict=True)):
             ratio = estimate / meas
             records.append(_record(
                 row, primary=i == 0, colocated=colocated,
@@ -389,7 +426,7 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
                 estimate_s=estimate, measured_s=meas, ratio=ratio,
                 abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= BAND,
                 status="estimated", feasible=bool(est.feasible), gpu="+".join(gpus),
-                reason=_reason(row, est)))
+                reason=_reason(row, est), ratio_low=low, ratio_high=high))
         return records
     except Exception as exc:  # noqa: BLE001 -- one row's failure is reported, not fatal
         message = str(exc) if isinstance(exc, RowError) else f"{type(exc).__name__}: {exc}"
@@ -418,13 +455,22 @@ def validate(params: CostParams = DEFAULT_PARAMS, rows: Sequence[Row] | None = N
 
 def summary(df: pd.DataFrame) -> dict[str, Any]:
     """Median |ln(estimate / measured)| per split, the share within the band, counts -- over
-    each row's primary comparison (stage breakdowns are reported, not pooled); and the median
+    each row's primary comparison (stage breakdowns are reported, not pooled) of the rows whose
+    mean lengths are published (the others are listed apart: ``lengths_unknown``, with their
+    ratio ranges over plausible means); and the median
     ratio of the holdout step rows per class (``colocated``, ``disaggregated``: the issue's "no
     side" target is both near 1) with their counts."""
     primary = df[df["primary"].astype(bool)]
-    ok = primary[primary["status"] == "estimated"]
+    estimated = primary[primary["status"] == "estimated"]
+    unknown = estimated["lengths"] == "unknown"
+    ok = estimated[~unknown]  # pooled: the rows whose mean lengths are published
     out: dict[str, Any] = {"median_abs_log_ratio": {}, "within_band_share": {},
-                           "estimated": {}, "skipped": {}, "row_counts": {}}
+                           "estimated": {}, "skipped": {}, "row_counts": {},
+                           "lengths_unknown": [
+                               {"id": r["id"], "split": r["split"], "ratio_at_cap": r["ratio"],
+                                "ratio_low": r["ratio_low"], "ratio_high": r["ratio_high"],
+                                "measured_in_range": bool(r["ratio_low"] <= 1 <= r["ratio_high"])}
+                               for _, r in estimated[unknown].iterrows()]}
     for split in SPLITS:
         part = ok[ok["split"] == split]
         out["median_abs_log_ratio"][split] = (float(part["abs_log_ratio"].median())
@@ -432,7 +478,8 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["within_band_share"][split] = (float(part["within_band"].mean())
                                           if len(part) else None)
         out["estimated"][split] = int(len(part))
-        out["row_counts"][split] = int((primary["split"] == split).sum())
+        out["row_counts"][split] = int(((primary["split"] == split)
+                                        & (primary["lengths"] != "unknown")).sum())
         out["skipped"][split] = int(((primary["split"] == split)
                                      & (primary["status"] == "skipped")).sum())
     out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
@@ -450,7 +497,7 @@ def residuals(df: pd.DataFrame) -> list[Residual]:
     holdout step row (infeasible ones too, marked ``feasible`` false; skipped rows and fit rows
     never)."""
     ok = df[df["primary"].astype(bool) & (df["status"] == "estimated")
-            & (df["split"] == "holdout") & (df["kind"] == "step")]
+            & (df["split"] == "holdout") & (df["kind"] == "step") & (df["lengths"] != "unknown")]
     return [Residual(id=r["id"], split=r["split"], kind=r["kind"], colocated=bool(r["colocated"]),
                      feasible=bool(r["feasible"]), gpus=tuple(str(r["gpu"]).split("+")),
                      ratio=float(r["ratio"]), source_key=r["source_key"])
@@ -502,6 +549,9 @@ def table(df: pd.DataFrame) -> str:
         primary = bool(r["primary"])
         if r["status"] == "estimated":
             verdict = "hit" if r["within_band"] else "miss"
+            if r["lengths"] == "unknown":
+                verdict = (f"lengths unknown: {r['ratio_low']:.3f}-{r['ratio_high']:.3f} over "
+                           "plausible means (not pooled)")
             if primary and not r["feasible"]:
                 verdict += " (plan infeasible in the cost model)"
         else:
@@ -528,6 +578,13 @@ def table(df: pd.DataFrame) -> str:
         per_class.append(f"{cls} {_fmt(s['median_ratio_step_holdout'][cls], '.3f')} "
                          f"({n} row{'' if n == 1 else 's'})")
     lines.append("holdout step rows, median est/meas: " + ", ".join(per_class))
+    unknown = s["lengths_unknown"]
+    if unknown:
+        inside = sum(u["measured_in_range"] for u in unknown)
+        lines.append(f"rows whose sources publish only length caps (not pooled): "
+                     f"{', '.join(u['id'] for u in unknown)}; the measured step lies within the "
+                     f"range of estimates over plausible mean lengths for {inside} of "
+                     f"{len(unknown)}")
     lines.append("skipped rows:")
     for _, r in df[df["status"] == "skipped"].iterrows():
         lines.append(f"  {r['id']}: {r['reason']}")
@@ -546,6 +603,9 @@ def markdown(df: pd.DataFrame) -> str:
             continue
         quantity = r["quantity"] if r["primary"] else f"&nbsp;&nbsp;{r['quantity']}"
         infeasible = "" if r["feasible"] or not r["primary"] else " (infeasible)"
+        if r["primary"] and r["lengths"] == "unknown":
+            infeasible += (f" (lengths unknown: {r['ratio_low']:.3f}-{r['ratio_high']:.3f} over "
+                           "plausible means)")
         lines.append(f"| {ident} | {quantity}{infeasible} | {r['estimate_s']:.4g} | "
                      f"{r['measured_s']:.4g} | {r['ratio']:.3f} | "
                      f"{r['split'] if r['primary'] else ''} |")

@@ -200,3 +200,26 @@ def test_the_fit_reads_only_fit_rows_and_moves_only_their_kernels(rows):
     kernels = fit_public.kernel_rows()
     assert len(kernels) == 2 * len(fit_public.KERNEL_RUNS)
     assert {r["hidden"] for r in kernels} == {2560, 4096}
+
+
+def test_rows_with_unknown_lengths_are_reported_apart_with_their_range(rows, quick):
+    """S8-S10 and S13 publish only length caps: each is also priced at plausible mean lengths
+    below its cap, carries the range of its ratios, and stays out of the pooled medians and the
+    band's residuals."""
+    unknown = [r for r in rows if r.lengths == "unknown"]
+    assert sorted(r.id for r in unknown) == ["S10", "S13", "S8", "S9"]
+    s9 = [r for r in unknown if r.id == "S9"]
+    df = pd.concat([quick, vp.validate(DEFAULT_PARAMS, s9)], ignore_index=True)
+    row = df[(df["id"] == "S9") & df["primary"].astype(bool)].iloc[0]
+    assert row["status"] == "estimated" and row["lengths"] == "unknown"
+    # priced at its cap (every response 28,672 tokens) it is the slowest of its pricings
+    assert row["ratio_low"] < row["ratio"] == row["ratio_high"]
+    s = vp.summary(df)
+    assert [u["id"] for u in s["lengths_unknown"]] == ["S9"]
+    assert s["lengths_unknown"][0]["measured_in_range"] == (row["ratio_low"] <= 1)
+    pooled = quick[quick["primary"].astype(bool) & (quick["split"] == "holdout")]
+    assert s["estimated"]["holdout"] == len(pooled)  # S9 is not among them
+    assert "S9" not in {r.id for r in vp.residuals(df)}
+    entry = next(e for e in vp.to_json(df)["rows"] if e["id"] == "S9")
+    assert entry["lengths"] == "unknown" and entry["ratio_low"] < entry["ratio_high"]
+    assert all(e["lengths"] == "published" for e in vp.to_json(quick)["rows"])
