@@ -47,8 +47,8 @@ class PlacementMemory:
 class GroupResult:
     """One task group's memory answer: the devices over their usable memory and their (need,
     weights, states, working, usable, rollout weights) bytes (see :class:`MemoryReport`); the
-    devices it uses and
-    the bytes per device at peak; and the generation task's result if the group holds it."""
+    devices it uses and the bytes per device at peak; and the generation task's result if the
+    group holds it."""
 
     over: np.ndarray
     over_bytes: np.ndarray
