@@ -289,7 +289,7 @@ class Simulation:
         act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         grad = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         train = kind == "training"
-        recompute = self.workload.recompute
+        recompute = self.workload.task_recompute(p.task)
         stage_done = []
 
         def send(src_stage: int, dst_stage: int, mb: int, event: simpy.Event, what: str):
@@ -390,7 +390,7 @@ class Simulation:
         start = self.env.now
         dur = ops.forward(0, tok, sq, "train" if train else "infer")
         if train:
-            dur += ops.backward(0, tok, sq, self.workload.recompute)
+            dur += ops.backward(0, tok, sq, self.workload.task_recompute(p.task))
         yield self.env.timeout(dur * self.slow(devs))
         self.span("forward" if not train else "forward+backward", "tasklet", p.task, it, start,
                   devs, replica=i, stage=0)

@@ -46,7 +46,8 @@ def lower_bound(workload: WorkloadSpec, cluster: ClusterSpec,
     L = length_stats(workload)
     n = workload.samples
     # (3 forwards per training task, with or without recomputation)
-    flops = sum(w.flops * (0.75 if w.kind == "training" and workload.recompute else 1.0)
+    flops = sum(w.flops * (0.75 if w.kind == "training" and workload.task_recompute(w.name)
+                           else 1.0)
                 for w in task_work(workload))
     actor = _full_shape(workload, "actor")
     longest = workload.response_length.expected_max(n)
@@ -102,7 +103,8 @@ def task_work(workload: WorkloadSpec) -> list[TaskWork]:
             forward = (n * L.seq_mean * shape.matmul_flops_per_token
                        + shape.attn_flops_per_token_ctx * n * L.seq_sq_mean / 2)
             if t.kind == "training":
-                by_kind = (("train_flops", (4.0 if workload.recompute else 3.0) * forward),)
+                by_kind = (("train_flops", (4.0 if workload.task_recompute(t.name) else 3.0)
+                            * forward),)
             else:
                 by_kind = (("infer_flops", forward),)
         out.append(TaskWork(t.name, t.kind, t.stage, by_kind, shape.model.hidden))

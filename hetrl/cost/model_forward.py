@@ -43,6 +43,8 @@ class ForwardHost(Protocol):
     _info: dict[str, tuple[str, str, str]]
     #: per inference or training task its micro-batches (a sequence count or a Batching)
     _batching: dict[str, int | Batching]
+    #: per task whether it recomputes activations in its backward pass
+    _recompute: dict[str, bool]
     #: per task kind the framework's seconds per call
     _framework: dict[str, float]
     #: memo: task results per (placement, generation placement), placement, compute key
@@ -139,15 +141,17 @@ class ForwardTerms:
             off_s = megatron_offload_seconds(kind, shapes, p.dp, self.params) \
                 if p.offload else None
             seconds, parts = megatron_task_seconds(kind, worst, steps, dp_s, opt_s, micro,
-                                                   wl.recompute, off_s)
+                                                   self._recompute[p.task], off_s)
         if p.ep > 1:  # the slowest replica's micro-batch slots of the 1F1B pipeline
             micro = self._slowest_micro_batches(p, steps)
             slots = steps * (micro + p.pp - 1)
             tokens = samples * max(p.data_shares) / steps * self.L.seq_mean / micro * slots
-            ep_s = self.memoised(("ep", p.devices, p.ep, id(shapes), kind, slots, tokens),
+            recompute = self._recompute[p.task]
+            ep_s = self.memoised(("ep", p.devices, p.ep, id(shapes), kind, slots, tokens,
+                                  recompute),
                                  lambda: expert_parallel_seconds(
                                      self.cluster, p, shapes, self.params, kind, slots, tokens,
-                                     wl.recompute, stages_in_series=False))
+                                     recompute, stages_in_series=False))
             parts["ep"] = ep_s
             seconds += ep_s
         fw = self._framework[kind]

@@ -49,6 +49,8 @@ class MemoryHost(Protocol):
     _info: dict[str, tuple[str, str, str]]
     #: per inference or training task its micro-batches (a sequence count or a Batching)
     _batching: dict[str, int | Batching]
+    #: per task whether it recomputes activations in its backward pass
+    _recompute: dict[str, bool]
     #: usable bytes per device (memory x usable_memory_fraction), read-only
     _mem_bytes: np.ndarray
     #: memo: PlacementMemory per placement
@@ -105,11 +107,12 @@ class MemoryTerms:
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
         inputs = replica_batch_inputs(kind, mbs, self.L, n_total, p.data_shares, p.pp)
         # (shapes are interned and never dropped, so their id is theirs)
-        key = (kind, id(shapes), p.dp, p.tp, inputs, p.backend, p.offload, mbs)
+        recompute = self._recompute.get(p.task, False)
+        key = (kind, id(shapes), p.dp, p.tp, inputs, p.backend, p.offload, mbs, recompute)
         slots = self._slot_rows.get(key)
         if slots is None:
             slots = slot_bytes(kind, shapes, p, inputs, mbs, n_total, self.L, self.params,
-                               wl.recompute)
+                               recompute)
             self._slot_rows.put(key, slots)
         return slots
 

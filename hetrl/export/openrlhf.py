@@ -312,7 +312,7 @@ def flags(layout: OpenRLHFLayout, workload: WorkloadSpec, cluster: ClusterSpec,
     put("--ds.zero_stage", layout.zero_stage)
     if wl.precision in ("bf16", "fp16"):
         put("--ds.param_dtype", wl.precision)
-    if wl.recompute:
+    if wl.task_recompute("actor_training"):  # (OpenRLHF's critic follows the actor's flag)
         put("--actor.gradient_checkpointing_enable")
     dynamic = wl.micro_batch_tokens is not None
     if wl.remove_padding or dynamic:
@@ -436,7 +436,8 @@ def differences(plan: Plan, layout: OpenRLHFLayout, closest: Plan, workload: Wor
                    "exported")
     if wl.task_batching:
         out.append("per-task batching (task_batching) is not exported: OpenRLHF has one "
-                   "training and one inference micro-batch")
+                   "training and one inference micro-batch, and one gradient-checkpointing flag "
+                   "(the actor's) for actor and critic")
     out.append(f"gen_max_concurrency {wl.gen_max_concurrency} (vLLM max_num_seqs) is not "
                "exported: OpenRLHF has no flag for it")
     if plan.sync_relay:

@@ -115,7 +115,8 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": wl.micro_batch_size,
         "actor_rollout_ref.actor.use_dynamic_bsz": budgets is not None,
         "actor_rollout_ref.model.use_remove_padding": wl.remove_padding,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": wl.recompute,
+        "actor_rollout_ref.model.enable_gradient_checkpointing":
+            wl.task_recompute("actor_training"),
         "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.n": wl.responses_per_prompt,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": layout.layouts["rollout"][0],
@@ -217,7 +218,7 @@ def _critic(strategy: str, wl: WorkloadSpec, budgets: tuple[int, int] | None,
         "critic.ppo_micro_batch_size_per_gpu": wl.micro_batch_size,
         "critic.use_dynamic_bsz": budgets is not None,
         "critic.model.use_remove_padding": wl.remove_padding,
-        "critic.model.enable_gradient_checkpointing": wl.recompute,
+        "critic.model.enable_gradient_checkpointing": wl.task_recompute("critic_training"),
     }
     if strategy == "fsdp":
         out["critic.forward_micro_batch_size_per_gpu"] = wl.inference_micro_batch_size

@@ -1,13 +1,14 @@
 """Per-task micro-batching: verl configures each role's micro-batches and padding apart
 (``actor.ppo_micro_batch_size_per_gpu``, ``critic.ppo_micro_batch_size_per_gpu``,
 ``rollout.log_prob_micro_batch_size_per_gpu``, ``ref.log_prob_micro_batch_size_per_gpu``, each
-model's ``use_remove_padding``). A workload's ``task_batching`` overrides its defaults
-(``micro_batch_size`` / ``micro_batch_tokens`` for training tasks, the ``inference_`` ones for
-inference tasks, ``remove_padding`` and ``pad_to`` for all) for the tasks it names::
+model's ``use_remove_padding`` and ``enable_gradient_checkpointing``). A workload's
+``task_batching`` overrides its defaults (``micro_batch_size`` / ``micro_batch_tokens`` for
+training tasks, the ``inference_`` ones for inference tasks, ``remove_padding`` and ``pad_to``
+for all, ``recompute`` for training tasks) for the tasks it names::
 
     task_batching:
       critic_inference: {micro_batch_size: 1, remove_padding: false}
-      critic_training: {micro_batch_size: 1, remove_padding: false}
+      critic_training: {micro_batch_size: 1, remove_padding: false, recompute: true}
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ BATCHED_TASKS = ("reward_inference", "reference_inference", "critic_inference",
 @dataclass(frozen=True)
 class TaskBatching:
     """One task's micro-batching where it differs from its workload's: sequences per
-    micro-batch, or a token budget per micro-batch (tokens), and its padding (None: the
-    workload's)."""
+    micro-batch, or a token budget per micro-batch (tokens), its padding and (training tasks)
+    whether it recomputes activations in the backward pass (None: the workload's)."""
 
     micro_batch_size: int | None = None
     micro_batch_tokens: int | None = None
     remove_padding: bool | None = None
     pad_to: str | None = None
+    recompute: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -42,7 +44,8 @@ class TaskBatching:
     @classmethod
     def from_dict(cls, data: Any, field: str) -> TaskBatching:
         require(isinstance(data, Mapping), field, data,
-                "must be a mapping {micro_batch_size, micro_batch_tokens, remove_padding, pad_to}")
+                "must be a mapping {micro_batch_size, micro_batch_tokens, remove_padding, pad_to, "
+                "recompute}")
         known = [f.name for f in fields(cls)]
         for key, value in data.items():
             require(key in known, f"{field}.{key}", value, f"unknown key; known keys: {known}")
@@ -58,7 +61,10 @@ class TaskBatching:
         pad_to = data.get("pad_to")
         require(pad_to is None or isinstance(pad_to, str), f"{field}.pad_to", pad_to,
                 "must be a string")
-        return cls(size, tokens, padding, pad_to)
+        recompute = data.get("recompute")
+        require(recompute is None or isinstance(recompute, bool), f"{field}.recompute",
+                recompute, "must be true or false (a YAML boolean, not a string)")
+        return cls(size, tokens, padding, pad_to, recompute)
 
 
 def parse_task_batching(data: Any, tasks: tuple[str, ...]) -> tuple[tuple[str, TaskBatching], ...]:

@@ -234,6 +234,9 @@ class WorkloadSpec:
                     f"must be one of {list(PAD_TO)}")
             require(pad_to != "max" or not remove, f"task_batching.{task}.pad_to", pad_to,
                     "pads only with remove_padding: false")
+            require(b.recompute is None or self.task(task).kind == "training",
+                    f"task_batching.{task}.recompute", b.recompute,
+                    "activation recomputation is a training task's setting")
 
     def task_batching_of(self, task: str) -> TaskBatching | None:
         """``task``'s own micro-batching, or None where it follows the workload's."""
@@ -241,6 +244,12 @@ class WorkloadSpec:
             if t == task:
                 return b
         return None
+
+    def task_recompute(self, task: str) -> bool:
+        """Whether ``task`` recomputes activations in its backward pass: its own
+        ``task_batching`` setting, else the workload's ``recompute``."""
+        own = self.task_batching_of(task)
+        return self.recompute if own is None or own.recompute is None else own.recompute
 
     # --- derived ---
     @property

@@ -68,9 +68,32 @@ def test_the_unpadded_critic_at_micro_batch_1_costs_a_multiple_of_the_actor():
     ({"critic_training": {"remove_padding": False, "pad_to": "most"}},
      "task_batching.critic_training.pad_to"),
     ({"critic_training": {"mbs": 2}}, "task_batching.critic_training.mbs"),
+    ({"critic_training": {"recompute": "yes"}}, "task_batching.critic_training.recompute"),
+    ({"critic_inference": {"recompute": True}}, "task_batching.critic_inference.recompute"),
     ({"critic_training": 2}, "task_batching.critic_training"),
 ])
 def test_bad_task_batching_names_the_field(change, field):
     with pytest.raises(SpecError) as err:
         WorkloadSpec.from_dict({**BASE, "task_batching": change})
     assert err.value.field == field
+
+
+def test_a_training_task_recomputes_activations_on_its_own():
+    """verl sets gradient checkpointing per model (TinyZero's run, public S15: the critic's on,
+    the actor's off): the critic pays a fourth forward pass and keeps one tensor per layer, the
+    actor is priced as before."""
+    cl = cluster_preset("a100x8")
+    plain = WorkloadSpec.from_dict(BASE)
+    own = WorkloadSpec.from_dict({**BASE, "task_batching": {"critic_training": {"recompute": True}}})
+    assert (own.task_recompute("critic_training"), own.task_recompute("actor_training")) == \
+        (True, False)
+    assert WorkloadSpec.from_dict(yaml.safe_load(yaml.safe_dump(own.to_dict()))) == own
+    plan = split_plan(plain, cl, [(plain.task_names, range(8), 1)])
+    before, after = CostModel(plain, cl), CostModel(own, cl)
+    est0, est1 = before.estimate(plan), after.estimate(plan)
+    assert est1.tasks["actor_training"] == est0.tasks["actor_training"]
+    assert est1.tasks["critic_training"] > est0.tasks["critic_training"]
+    critic = plan.placement("critic_training")
+    assert after.placement_memory(critic).working[0] < before.placement_memory(critic).working[0]
+    actor = plan.placement("actor_training")
+    assert after.placement_memory(actor).working[0] == before.placement_memory(actor).working[0]
