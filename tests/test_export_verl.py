@@ -174,6 +174,10 @@ def _cases():
         ("kl-reward-llama", ("qwen3-8b-ppo-sync", {"kl": "reward", "models": {
             "actor": llama, "reference": llama, "critic": llama, "reward": llama}}),
          "paper64-single-region", coloc, ()),
+        ("no-sequence-parallel-critic-recompute", ("qwen3-4b-ppo-sync", {
+            "sequence_parallel": False,
+            "task_batching": {"critic_training": {"recompute": True}}}),
+         "paper64-single-region", coloc, ()),
         ("kl-none-rule-own-model", ("qwen3-4b-grpo-sync", {"kl": "none", "reward": "rule",
                                                            "models": {"actor": own}}),
          "paper64-single-region", coloc_fsdp, ("--model-path", "actor=/models/my-8b")),
@@ -258,6 +262,14 @@ def test_verl_accepts_the_export(capsys, tmp_path, verl_configs, name, workload_
         assert flat["actor_rollout_ref.model.path"] == "meta-llama/Llama-3.1-8B"
         assert flat["critic.model.path"] == "meta-llama/Llama-3.1-8B"
         assert built["reward_model"].architectures == ["LlamaForCausalLM"]
+    if name == "no-sequence-parallel-critic-recompute":
+        assert flat["actor_rollout_ref.actor.megatron.sequence_parallel"] is False
+        assert flat["critic.megatron.sequence_parallel"] is False
+        assert built["actor"].megatron.sequence_parallel is False
+        assert flat["actor_rollout_ref.model.enable_gradient_checkpointing"] is False
+        assert flat["critic.model.enable_gradient_checkpointing"] is True
+    else:
+        assert not any(k.endswith("megatron.sequence_parallel") for k in flat)
     if name == "kl-none-rule-own-model":
         assert flat["actor_rollout_ref.model.path"] == "/models/my-8b"
         assert "reward.reward_model.enable" not in flat

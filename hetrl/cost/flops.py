@@ -34,7 +34,9 @@ class StageShape:
     over the mean: ``CostParams.moe_load_imbalance`` where ep > 1, else 1). ``fp8_weights``:
     weights and KV cache held in one byte per value (FP8 rollouts; activations stay at
     ``bytes_per_value``); ``fp8_matmul``: matmuls at the GPU's FP8 peak (FP8 rollouts, and
-    Megatron's FP8 recipe, whose master weights stay BF16).
+    Megatron's FP8 recipe, whose master weights stay BF16). ``sequence_parallel``: the norms'
+    and dropouts' activations split over tp as the rest (Megatron's sequence parallelism);
+    false keeps them whole on each rank.
     """
 
     model: ModelShape
@@ -49,13 +51,14 @@ class StageShape:
     expert_load: float = 1.0
     fp8_weights: bool = False
     fp8_matmul: bool = False
+    sequence_parallel: bool = True
 
     def __hash__(self) -> int:  # hashed in every per-replica cache key: compute once
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.model, self.layers, self.tp, self.first, self.last, self.lm_head,
                       self.bytes_per_value, self.moe_layers, self.ep, self.expert_load,
-                      self.fp8_weights, self.fp8_matmul))
+                      self.fp8_weights, self.fp8_matmul, self.sequence_parallel))
             self.__dict__["_hash"] = h
         return h
 
@@ -180,8 +183,13 @@ class StageShape:
         ``act_coeff``: bytes per token per hidden unit of a GPT layer (Korthikanti et al. 2022:
         34 = attention 11 + MLP 19 for a 4h GeLU MLP + norms 4); the MLP's part is replaced by a
         SwiGLU MLP's of width ffn (see :func:`activation_coeff`). Full recomputation keeps only
-        each layer's input (2 bytes)."""
+        each layer's input (2 bytes). Over tp ranks everything is split with sequence
+        parallelism; without it :data:`UNSPLIT_BYTES` of the coefficient (the layer input, the
+        norms' inputs and the dropout masks; the input alone under full recomputation) stay
+        whole on every rank (Korthikanti et al. 2022, Table 2)."""
         if recompute:
+            if not self.sequence_parallel and self.tp > 1:
+                return self.layers * 2.0 * tokens * self.model.hidden
             coeff = 2.0
         elif self.model.moe is None:
             coeff = activation_coeff(self.model, act_coeff)
@@ -190,6 +198,9 @@ class StageShape:
             coeff = ((self.layers - n) * activation_coeff(self.model, act_coeff)
                      + n * moe_activation_coeff(self.model, act_coeff, self.expert_load)
                      ) / self.layers
+        if not self.sequence_parallel and self.tp > 1:
+            return self.layers * (UNSPLIT_BYTES + (coeff - UNSPLIT_BYTES) / self.tp) \
+                * tokens * self.model.hidden
         return self.layers * coeff * tokens * self.model.hidden / self.tp
 
     def logits_bytes(self, tokens: float) -> float:
@@ -198,6 +209,13 @@ class StageShape:
             return 0.0
         return tokens * self.model.vocab * 2.0 / self.tp
 
+
+#: Bytes per token per hidden unit of a layer's activations that tensor parallelism without
+#: sequence parallelism keeps whole on every rank: the 10 of Korthikanti et al. 2022's
+#: sbh(10 + 24/t + 5as/(ht)) for tensor parallelism alone (the two norms' inputs, 2 + 2, the
+#: two dropout masks, 1 + 1, and the inputs of the QKV and the MLP's first linear layers,
+#: replicated over the ranks, 2 + 2).
+UNSPLIT_BYTES = 10.0
 
 #: Bytes per token per hidden unit of a GPT layer's 4h GeLU MLP in Korthikanti et al. 2022 (Sec.
 #: 4.1): first linear's input 2, GeLU's input 8, second linear's input 8, dropout mask 1.
@@ -226,8 +244,8 @@ def moe_activation_coeff(model: ModelShape, act_coeff: float, load: float = 1.0)
 @lru_cache(maxsize=4096)
 def stage_shapes(model: ModelShape, layers_per_stage: tuple[int, ...], tp: int, lm_head: bool,
                  bytes_per_value: int, ep: int = 1, expert_load: float = 1.0,
-                 fp8_weights: bool = False, fp8_matmul: bool = False
-                 ) -> tuple[StageShape, ...]:
+                 fp8_weights: bool = False, fp8_matmul: bool = False,
+                 sequence_parallel: bool = True) -> tuple[StageShape, ...]:
     """The stages of one layout (memoised: a pure function of the model, shared by every
     CostModel, so each stage's derived sizes are computed once). ``ep``, ``expert_load`` and
     the FP8 flags: see :class:`StageShape` (``expert_load`` counts only where ep > 1)."""
@@ -237,6 +255,6 @@ def stage_shapes(model: ModelShape, layers_per_stage: tuple[int, ...], tp: int, 
     for j, n in enumerate(layers_per_stage):
         out.append(StageShape(model, n, tp, j == 0, j == pp - 1, lm_head, bytes_per_value,
                               model.moe_layers_in(lo, lo + n), ep, load, fp8_weights,
-                              fp8_matmul))
+                              fp8_matmul, sequence_parallel))
         lo += n
     return tuple(out)

@@ -166,7 +166,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         if out is None:
             out = stage_shapes(self.workload.model(role), p.layers_per_stage, p.tp,
                                role in LM_HEAD_ROLES, self.workload.bytes_per_value, p.ep,
-                               self.params.moe_load_imbalance, fp8_weights, fp8)
+                               self.params.moe_load_imbalance, fp8_weights, fp8,
+                               self.workload.sequence_parallel)
             # roles of equal stage shapes (e.g. reward and critic of one model) share one
             # object, so their engines, replica prices and task costs are shared too
             out = self._shapes.setdefault(("equal", out), out)

@@ -158,6 +158,8 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
                 tp, pp = layout.layouts[model]
                 out[f"{prefix}.megatron.tensor_model_parallel_size"] = tp
                 out[f"{prefix}.megatron.pipeline_model_parallel_size"] = pp
+                if not wl.sequence_parallel:  # (verl's default is on)
+                    out[f"{prefix}.megatron.sequence_parallel"] = False
                 stages = layout.stages.get(model)
                 if stages and len(set(stages)) > 1:
                     out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = stages[0]

@@ -76,6 +76,9 @@ class WorkloadSpec:
     start during its last micro-batch's backward) and ``tp_comm_overlap`` (``--tp-comm-overlap``:
     tensor-parallel collectives pipelined with the GEMMs). Both default to false, Megatron's
     defaults; an FSDP placement always overlaps its gathers (docs/cost-model.md).
+    ``sequence_parallel`` (Megatron's ``--sequence-parallel``, on in verl's Megatron workers):
+    with tensor parallelism, the norms' and dropouts' activations are split over the tp ranks
+    too; false keeps them whole on every rank (Korthikanti et al. 2022).
     ``precision``: the models' precision; ``fp8`` runs training and inference tasks with
     Megatron's FP8 recipe (FP8 matmuls at the GPU's FP8 peak, BF16 master weights) and the
     rollout in FP8 too. ``gen_precision``: the rollout's alone (null: ``precision``'s); ``fp8``
@@ -111,6 +114,7 @@ class WorkloadSpec:
     gen_gpu_memory_utilization: float | None = None
     overlap_grad_reduce: bool = False
     tp_comm_overlap: bool = False
+    sequence_parallel: bool = True
     kl: str = "loss"
     gen_sleep_level: int = 1
     task_batching: tuple[tuple[str, TaskBatching], ...] = ()
@@ -132,7 +136,7 @@ class WorkloadSpec:
                 list(self.backends) if isinstance(self.backends, tuple) else self.backends,
                 f"must list megatron and optionally fsdp, each once (of {list(SEARCH_BACKENDS)})")
         for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs", "overlap_grad_reduce",
-                    "tp_comm_overlap"):
+                    "tp_comm_overlap", "sequence_parallel"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
         one_of("algorithm", self.algorithm, ALGORITHMS)
@@ -343,6 +347,8 @@ class WorkloadSpec:
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "tp_comm_overlap": self.tp_comm_overlap,
             **({"gen_precision": self.gen_precision} if self.gen_precision is not None else {}),
+            # (written only when off: the workloads written before it read as they did)
+            **({} if self.sequence_parallel else {"sequence_parallel": False}),
         }
 
     @classmethod

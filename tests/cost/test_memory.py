@@ -200,3 +200,32 @@ def test_a_device_over_its_memory_names_the_sleeping_rollouts_weights():
                             f"weights {row['rollout_weights']:.1f} while it generates) > usable "
                             "22.2 GB of 24.2 GB, over by ")
     assert row["over"] == pytest.approx(row["need"] - row["usable"])
+
+
+def test_tensor_parallelism_without_sequence_parallelism_keeps_ten_bytes_whole():
+    """Korthikanti et al. 2022: tensor parallelism alone splits sbh x 24 of a GPT layer's
+    sbh x 34 over its t ranks and keeps sbh x 10 (norm inputs, dropout masks, the first linear
+    layers' inputs) on every rank; with sequence parallelism all 34 are split; under full
+    recomputation the layer input (2 bytes) is split or not the same way."""
+    m = model_preset("Qwen3-8B")
+    coeff = activation_coeff(m, DEFAULT_PARAMS.activation_bytes_per_token_hidden)
+    sp, whole = (stage_shapes(m, (36,), 4, True, 2, sequence_parallel=flag)[0]
+                 for flag in (True, False))
+    tokens, h = 8192, m.hidden
+    assert sp.activation_bytes(tokens, False, 34.0) == pytest.approx(36 * coeff * tokens * h / 4)
+    assert whole.activation_bytes(tokens, False, 34.0) == pytest.approx(
+        36 * (10 + (coeff - 10) / 4) * tokens * h)
+    assert sp.activation_bytes(tokens, True, 34.0) == pytest.approx(36 * 2 * tokens * h / 4)
+    assert whole.activation_bytes(tokens, True, 34.0) == pytest.approx(36 * 2 * tokens * h)
+    one = stage_shapes(m, (36,), 1, True, 2, sequence_parallel=False)[0]  # tp 1: nothing to split
+    assert one.activation_bytes(tokens, False, 34.0) == pytest.approx(36 * coeff * tokens * h)
+    # a workload says it; the file keeps it only when off
+    wl = workload_preset("qwen3-8b-ppo-sync")
+    assert wl.sequence_parallel and "sequence_parallel" not in wl.to_dict()
+    off = wl.with_(sequence_parallel=False)
+    assert off.to_dict()["sequence_parallel"] is False
+    plan = colocated_plan(off, homogeneous("A100-80GB", 1, 8), tp=4)
+    train = plan.placement("actor_training")
+    working = {flag: CostModel(w, homogeneous("A100-80GB", 1, 8)).placement_memory(train).working[0]
+               for flag, w in ((True, wl), (False, off))}
+    assert working[False] > working[True]
