@@ -61,6 +61,12 @@ from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script)
+from experiments.peak_memory import (  # noqa: E402
+    MEMORY_BAND,
+    estimated_gb,
+    is_memory,
+    measured_gb,
+)
 from experiments.unknown_lengths import LENGTHS, plausible_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,7 +362,7 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
-           "reason", "lengths", "ratio_low", "ratio_high"]
+           "reason", "lengths", "ratio_low", "ratio_high", "measure"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
@@ -382,6 +388,9 @@ def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, f
     est = CostModel(workload, cluster, params).estimate(plan)
     pairs = []
     for comp in row.compare:
+        if is_memory(comp):  # (GB, not seconds: experiments/peak_memory.py)
+            pairs.append((estimated_gb(est, row.padding), measured_gb(comp)))
+            continue
         estimate = estimate_quantity(comp["quantity"], row, est, plan, workload, params)
         if not (estimate > 0 and math.isfinite(estimate)):
             raise RowError(f"{comp.get('label', comp['quantity'])}: the estimate is "
@@ -420,11 +429,13 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
         for i, (comp, (estimate, meas), (low, high)) in enumerate(
                 zip(row.compare, pairs, ranges, strict=True)):
             ratio = estimate / meas
+            memory = is_memory(comp)
             records.append(_record(
                 row, primary=i == 0, colocated=colocated,
                 quantity=str(comp.get("label", comp["quantity"])),
                 estimate_s=estimate, measured_s=meas, ratio=ratio,
-                abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= BAND,
+                abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= (MEMORY_BAND if memory else BAND),
+                measure="memory" if memory else "time",
                 status="estimated", feasible=bool(est.feasible), gpu="+".join(gpus),
                 reason=_reason(row, est), ratio_low=low, ratio_high=high))
         return records
@@ -459,8 +470,10 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     mean lengths are published (the others are listed apart: ``lengths_unknown``, with their
     ratio ranges over plausible means); and the median
     ratio of the holdout step rows per class (``colocated``, ``disaggregated``: the issue's "no
-    side" target is both near 1) with their counts."""
-    primary = df[df["primary"].astype(bool)]
+    side" target is both near 1) with their counts. Peak-memory comparisons (primary or not)
+    are summarised apart: ``peak_memory``."""
+    memory = df[(df["status"] == "estimated") & (df["measure"] == "memory")]
+    primary = df[df["primary"].astype(bool) & (df["measure"] != "memory")]
     estimated = primary[primary["status"] == "estimated"]
     unknown = estimated["lengths"] == "unknown"
     ok = estimated[~unknown]  # pooled: the rows whose mean lengths are published
@@ -470,7 +483,14 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
                                {"id": r["id"], "split": r["split"], "ratio_at_cap": r["ratio"],
                                 "ratio_low": r["ratio_low"], "ratio_high": r["ratio_high"],
                                 "measured_in_range": bool(r["ratio_low"] <= 1 <= r["ratio_high"])}
-                               for _, r in estimated[unknown].iterrows()]}
+                               for _, r in estimated[unknown].iterrows()],
+                           "peak_memory": {
+                               "band": MEMORY_BAND, "comparisons": int(len(memory)),
+                               "within_band": int(memory["within_band"].astype(bool).sum()),
+                               "median_abs_log_ratio": (float(memory["abs_log_ratio"].median())
+                                                        if len(memory) else None),
+                               "ratios": {r["id"]: float(r["ratio"])
+                                          for _, r in memory.iterrows()}}}
     for split in SPLITS:
         part = ok[ok["split"] == split]
         out["median_abs_log_ratio"][split] = (float(part["abs_log_ratio"].median())
@@ -524,7 +544,7 @@ def to_json(df: pd.DataFrame) -> dict[str, Any]:
         first = part.iloc[0]
         entry = {k: _clean(first[k]) for k in COLUMNS if k != "primary"}
         entry["stages"] = [{k: _clean(r[k]) for k in ("quantity", "estimate_s", "measured_s",
-                                                      "ratio", "within_band")}
+                                                      "ratio", "within_band", "measure")}
                            for _, r in part.iloc[1:].iterrows()]
         rows.append(entry)
     return {"rows": rows, **summary(df), "band": BAND}
@@ -549,6 +569,8 @@ def table(df: pd.DataFrame) -> str:
         primary = bool(r["primary"])
         if r["status"] == "estimated":
             verdict = "hit" if r["within_band"] else "miss"
+            if r["measure"] == "memory":
+                verdict += f" (peak memory, GB; +-{MEMORY_BAND:.0%})"
             if r["lengths"] == "unknown":
                 verdict = (f"lengths unknown: {r['ratio_low']:.3f}-{r['ratio_high']:.3f} over "
                            "plausible means (not pooled)")
@@ -578,6 +600,11 @@ def table(df: pd.DataFrame) -> str:
         per_class.append(f"{cls} {_fmt(s['median_ratio_step_holdout'][cls], '.3f')} "
                          f"({n} row{'' if n == 1 else 's'})")
     lines.append("holdout step rows, median est/meas: " + ", ".join(per_class))
+    mem = s["peak_memory"]
+    if mem["comparisons"]:
+        lines.append(f"peak memory (not pooled): {mem['within_band']} of {mem['comparisons']} "
+                     f"within +-{MEMORY_BAND:.0%} ("
+                     + ", ".join(f"{k} {v:.3f}" for k, v in mem["ratios"].items()) + ")")
     unknown = s["lengths_unknown"]
     if unknown:
         inside = sum(u["measured_in_range"] for u in unknown)
@@ -625,7 +652,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = df[(df["status"] == "estimated") & df["primary"].astype(bool)]
+    ok = df[(df["status"] == "estimated") & df["primary"].astype(bool)
+            & (df["measure"] != "memory")]
     fig, ax = plt.subplots(figsize=(7.5, 7))
     lo = min(ok["estimate_s"].min(), ok["measured_s"].min()) / 2 if len(ok) else 0.01
     hi = max(ok["estimate_s"].max(), ok["measured_s"].max()) * 2 if len(ok) else 1000

@@ -10,13 +10,16 @@ import pandas as pd
 import pytest
 
 from experiments import validate_public as vp
+from hetrl.cost.framework import without_framework
+from hetrl.cost.model import CostModel
 from hetrl.cost.params import DEFAULT_PARAMS
 
 #: The 36 rows of shared/data/public_measurements.md, and the mixture-of-experts rows found
 #: for issue 57 (NeMo-RL's GRPO steps S22-S25; NeMo AutoModel's and Megatron-Bridge's MoE
-#: training T5-T8; verl's 235B weight sync W5: sources in the files).
+#: training T5-T8; verl's 235B weight sync W5; Megatron-LM's memory test T9: sources in the
+#: files).
 IDS = ([f"S{i}" for i in range(1, 26)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
-       + [f"T{i}" for i in range(1, 9)] + [f"W{i}" for i in range(1, 6)])
+       + [f"T{i}" for i in range(1, 10)] + [f"W{i}" for i in range(1, 6)])
 #: Cheap rows that every hetrl version can estimate (no FSDP backend needed).
 QUICK = ("G1", "G2", "F1", "T1", "W1", "W4", "S1")
 
@@ -223,3 +226,24 @@ def test_rows_with_unknown_lengths_are_reported_apart_with_their_range(rows, qui
     entry = next(e for e in vp.to_json(df)["rows"] if e["id"] == "S9")
     assert entry["lengths"] == "unknown" and entry["ratio_low"] < entry["ratio_high"]
     assert all(e["lengths"] == "published" for e in vp.to_json(quick)["rows"])
+
+
+def test_a_peak_memory_comparison_is_in_gb_and_not_pooled(rows, quick):
+    """T9 publishes Megatron's peak allocated memory (53.22 GiB): compared with the cost model's
+    peak on the busiest of the 8 measured GPUs (the padding node left out), in GB, within its
+    own +-15% band, summarised apart from the time comparisons."""
+    t9 = [r for r in rows if r.id == "T9"]
+    df = pd.concat([quick, vp.validate(DEFAULT_PARAMS, t9)], ignore_index=True)
+    row = df[df["id"] == "T9"].iloc[0]
+    assert row["status"] == "estimated" and row["measure"] == "memory"
+    assert row["measured_s"] == pytest.approx(53.22 * 2**30 / 1e9)
+    workload, (cluster, measured) = vp.build_workload(t9[0]), vp.build_cluster(t9[0])
+    plan = vp.build_plan(t9[0], workload, cluster, measured)
+    est = CostModel(workload, cluster, without_framework(DEFAULT_PARAMS)).estimate(plan)
+    assert row["estimate_s"] == max(gb for d, gb in est.peak_memory_gb.items() if d < measured)
+    assert row["within_band"] == (abs(row["ratio"] - 1) <= 0.15)
+    s = vp.summary(df)
+    assert s["peak_memory"]["comparisons"] == 1 and s["peak_memory"]["ratios"] == {
+        "T9": pytest.approx(row["ratio"])}
+    assert s["estimated"] == vp.summary(quick)["estimated"]  # not pooled with the times
+    assert all(r["measure"] == "time" for _, r in quick.iterrows())
