@@ -61,6 +61,7 @@ from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script)
+from experiments.band_coverage import coverage, in_band  # noqa: E402
 from experiments.peak_memory import (  # noqa: E402
     MEMORY_BAND,
     estimated_gb,
@@ -362,7 +363,7 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
-           "reason", "lengths", "ratio_low", "ratio_high", "measure"]
+           "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
@@ -461,7 +462,11 @@ def validate(params: CostParams = DEFAULT_PARAMS, rows: Sequence[Row] | None = N
     line each, with the estimate under ``params``."""
     rows = load_rows() if rows is None else rows
     records = [r for row in rows for r in estimate_row(row, params)]
-    return pd.DataFrame.from_records(records, columns=COLUMNS)
+    df = pd.DataFrame.from_records(records, columns=COLUMNS)
+    # each step row's measured value against its leave-one-source-out band
+    res = residuals(df)
+    df["in_band"] = pd.Series([in_band(r, res) for _, r in df.iterrows()], dtype=object)
+    return df
 
 
 def summary(df: pd.DataFrame) -> dict[str, Any]:
@@ -484,6 +489,7 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
                                 "ratio_low": r["ratio_low"], "ratio_high": r["ratio_high"],
                                 "measured_in_range": bool(r["ratio_low"] <= 1 <= r["ratio_high"])}
                                for _, r in estimated[unknown].iterrows()],
+                           "band_coverage": coverage(df),
                            "peak_memory": {
                                "band": MEMORY_BAND, "comparisons": int(len(memory)),
                                "within_band": int(memory["within_band"].astype(bool).sum()),
@@ -600,6 +606,12 @@ def table(df: pd.DataFrame) -> str:
         per_class.append(f"{cls} {_fmt(s['median_ratio_step_holdout'][cls], '.3f')} "
                          f"({n} row{'' if n == 1 else 's'})")
     lines.append("holdout step rows, median est/meas: " + ", ".join(per_class))
+    cov = s["band_coverage"]
+    if cov["rows"]:
+        lines.append(f"the 80% band (leave-one-source-out) holds {cov['inside']} of {cov['rows']} "
+                     f"holdout steps ({cov['share']:.0%}; colocated {cov['colocated']['inside']} "
+                     f"of {cov['colocated']['rows']}, disaggregated "
+                     f"{cov['disaggregated']['inside']} of {cov['disaggregated']['rows']})")
     mem = s["peak_memory"]
     if mem["comparisons"]:
         lines.append(f"peak memory (not pooled): {mem['within_band']} of {mem['comparisons']} "

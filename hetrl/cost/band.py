@@ -175,6 +175,18 @@ def percentile(values: Sequence[float], percent: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def half_width(colocated: bool, rows: Sequence[Residual]
+               ) -> tuple[float, str, list[Residual], list[Residual]]:
+    """The band's half-width q (ln units) for a plan of class ``colocated`` from the holdout
+    step ``rows`` (not empty): (q, the class used, the rows used, the rows of the plan's
+    class)."""
+    mine = plan_class(colocated)
+    same = [r for r in rows if plan_class(r.colocated) == mine]
+    cls, used = (mine, same) if len(same) >= MIN_CLASS_ROWS else ("all", list(rows))
+    q = max(percentile([abs(math.log(r.ratio)) for r in used], BAND_PERCENT), MIN_HALF_WIDTH)
+    return q, cls, used, same
+
+
 def estimate_band(estimate_s: float, plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
                   residuals: Sequence[Residual] | None = None) -> Band | None:
     """The :data:`BAND_PERCENT`% band of an iteration estimate of ``estimate_s`` seconds of
@@ -185,9 +197,7 @@ def estimate_band(estimate_s: float, plan: Plan, workload: WorkloadSpec, cluster
     if not rows or not (math.isfinite(estimate_s) and estimate_s > 0):
         return None
     mine = plan_class(is_colocated(plan, workload))
-    same = [r for r in rows if plan_class(r.colocated) == mine]
-    cls, used = (mine, same) if len(same) >= MIN_CLASS_ROWS else ("all", rows)
-    q = max(percentile([abs(math.log(r.ratio)) for r in used], BAND_PERCENT), MIN_HALF_WIDTH)
+    q, cls, used, same = half_width(mine == "colocated", rows)
     validated = {g for r in rows for g in r.gpus}
     gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids})
     return Band(low_s=estimate_s * math.exp(-q), high_s=estimate_s * math.exp(q),

@@ -247,3 +247,31 @@ def test_a_peak_memory_comparison_is_in_gb_and_not_pooled(rows, quick):
         "T9": pytest.approx(row["ratio"])}
     assert s["estimated"] == vp.summary(quick)["estimated"]  # not pooled with the times
     assert all(r["measure"] == "time" for _, r in quick.iterrows())
+
+
+def test_a_rows_band_is_built_without_its_own_source():
+    """in_band: the measured step inside the 80% band its estimate gets from other sources'
+    holdout steps only (leave-one-source-out), so that no row vouches for itself."""
+    from experiments.band_coverage import in_band
+    from hetrl.cost.band import Residual, half_width
+
+    def res(i, ratio, source):
+        return Residual(id=f"R{i}", split="holdout", kind="step", colocated=True,
+                        feasible=True, gpus=("H100",), ratio=ratio, source_key=source)
+
+    own = [res(i, 3.0, "A") for i in range(5)]  # its own source's rows are far off
+    others = [res(10 + i, 1.0 + 0.05 * i, "B") for i in range(6)]
+    q = half_width(True, others)[0]
+    row = {"kind": "step", "status": "estimated", "measure": "time", "source_key": "A",
+           "colocated": True}
+    assert in_band({**row, "ratio": math.exp(0.99 * q)}, own + others) is True
+    assert in_band({**row, "ratio": math.exp(1.01 * q)}, own + others) is False
+    assert in_band({**row, "ratio": 1.0}, own) is None  # no other source left
+    assert in_band({**row, "kind": "train", "ratio": 1.0}, others) is None
+
+
+def test_json_rows_say_whether_the_measured_step_is_in_its_band(quick):
+    for entry in vp.to_json(quick)["rows"]:
+        assert "in_band" in entry
+        if entry["kind"] != "step":
+            assert entry["in_band"] is None
