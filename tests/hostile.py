@@ -27,8 +27,11 @@ def workload_doc() -> dict[str, Any]:
 
 def moe_workload_doc() -> dict[str, Any]:
     """The tiny workload with a mixture-of-experts model (a dense first layer, shared and
-    routed experts) and FP8 rollouts: the MoE and FP8 fields to mutate."""
+    routed experts) and FP8 rollouts, without sequence parallelism and with the actor's own
+    recomputation: the MoE, FP8 and memory fields to mutate."""
     doc = workload_doc()
+    doc["sequence_parallel"] = False
+    doc["task_batching"] = {"actor_training": {"recompute": True}}
     moe = {"experts": 4, "top_k": 2, "expert_ffn": 32, "shared_experts": 1, "shared_ffn": 32,
            "dense_layers": 1, "layer_freq": 1, "router": "softmax"}
     for model in doc["models"].values():
@@ -49,6 +52,15 @@ def moe_plan_doc() -> dict[str, Any]:
 
 def cluster_doc() -> dict[str, Any]:
     return cluster_preset(CLUSTER).to_dict()
+
+
+def own_gpu_cluster_doc() -> dict[str, Any]:
+    """The tiny cluster with a GPU type of its own that gives the driver's memory total."""
+    doc = cluster_doc()
+    doc["gpu_types"] = [{"name": "my-gpu", "bf16_tflops": 100, "memory_gb": 24,
+                         "memory_mib": 23034, "hbm_gbps": 300}]
+    doc["nodes"][1]["gpu"] = "my-gpu"
+    return doc
 
 
 def plan_doc() -> dict[str, Any]:

@@ -174,7 +174,7 @@ def test_expert_parallel_plan_commands(capsys, tmp_path_factory, doc):
 
 
 @fuzz(ci_examples=40, deadline_s=10)
-@given(doc=mutations(hostile.cluster_doc))
+@given(doc=mutations(hostile.own_gpu_cluster_doc))
 def test_cluster_loader(tmp_path_factory, doc):
     path = _write(_tmp(tmp_path_factory), "c.yaml", doc)
     cluster = _loads_or_refuses(lambda: load_cluster(path))

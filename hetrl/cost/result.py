@@ -49,6 +49,7 @@ class MemoryReport:
         out = {}
         for ((ids, _), (rows, kv_pool)) in zip(self.peaks, self.terms, strict=True):
             for d in ids.tolist():
+                # (rows in the order of hetrl.cost.kernels.GROUP_MEMORY_ROWS)
                 gb = {name: float(rows[i, d]) / 1e9 for i, name in
                       ((1, "weights"), (2, "states"), (3, "working"), (9, "rollout_weights"),
                        (0, "need"))}
