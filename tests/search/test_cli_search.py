@@ -92,12 +92,12 @@ def test_unknown_scheduler_lists_the_known_ones(capsys, tmp_path):
 
 
 def test_infeasible_job_says_by_how_much(capsys, tmp_path):
-    code, _, err = run(capsys, "plan", "-w", "qwen3-14b-ppo-sync", "-c", "a100x8",
+    code, _, err = run(capsys, "plan", "-w", "qwen3-14b-ppo-sync", "-c", "hetero8-two-region",
                        "-s", "hetrl", "--budget-evals", 10, "-o", tmp_path / "p.json")
-    line = assert_user_error(code, err, "qwen3-14b-ppo-sync", "a100x8", "GB short")
+    line = assert_user_error(code, err, "qwen3-14b-ppo-sync", "hetero8-two-region", "GB short")
     # "... need at least X GB ... the cluster has Y GB usable (R x, Z GB short)"
-    cluster = cluster_preset("a100x8")
-    usable = cluster.num_devices * 80 * 0.92
+    cluster = cluster_preset("hetero8-two-region")
+    usable = sum(d.gpu.memory_bytes for d in cluster.devices) * 0.92 / 1e9
     assert f"{usable:.1f} GB usable" in line
     assert not (tmp_path / "p.json").exists()
 
