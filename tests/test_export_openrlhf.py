@@ -294,7 +294,7 @@ def test_hostile_names_run_nothing_but_the_entry_point(capsys, tmp_path):
     wl["name"] = "w\n" + HOSTILE + "\ntouch PWNED4"
     wl["inference_micro_batch_size"] = 2
     for role in wl["models"]:
-        wl["models"][role]["name"] = "Qwen3-" + HOSTILE  # (a Qwen3 name: its id is exported)
+        wl["models"][role]["name"] = "Qwen3-" + HOSTILE
     cl = cluster_doc()
     cl["name"] = "c\r\n" + HOSTILE
     cl["nodes"][0]["name"] = "n;" + HOSTILE
@@ -304,11 +304,13 @@ def test_hostile_names_run_nothing_but_the_entry_point(capsys, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     out = work / "run.sh"
+    # (a model of the user's own: its path given, hostile too)
     code, text, err = run(capsys, "export", "--to", "openrlhf", "-w", w, "-c", c, "-p",
-                          tmp_path / "plan.json", "--out", out, "--json")
+                          tmp_path / "plan.json", "--out", out, "--json", "--model-path",
+                          f"actor=/models/{HOSTILE}", "--model-path", f"reward=/rm/{HOSTILE}")
     assert code == 0, err
     argv = json.loads(text)["argv"]
-    assert f"Qwen/Qwen3-{HOSTILE}" in argv
+    assert f"/models/{HOSTILE}" in argv and f"/rm/{HOSTILE}" in argv
     fake = tmp_path / "bin"
     fake.mkdir()
     record = tmp_path / "argv.json"
@@ -325,11 +327,10 @@ def test_hostile_names_run_nothing_but_the_entry_point(capsys, tmp_path):
     assert calls[0][1:] == argv[1:] + ["--data.prompt_dataset", "d; touch PWNED5"]
     assert sorted(p.name for p in work.iterdir()) == ["run.sh"]
     assert not list(tmp_path.glob("PWNED*"))
-    # a name holding a newline where it would be a value is refused, not written
-    wl["models"]["actor"]["name"] = "Qwen3-x\n$(touch PWNED)"
-    code, _, err = run(capsys, "export", "--to", "openrlhf", "-w",
-                       _write(tmp_path / "w2.yaml", wl), "-c", c, "-p", tmp_path / "plan.json",
-                       "--out", work / "bad.sh")
+    # a path holding a newline is refused, not written
+    code, _, err = run(capsys, "export", "--to", "openrlhf", "-w", w, "-c", c, "-p",
+                       tmp_path / "plan.json", "--out", work / "bad.sh", "--model-path",
+                       "actor=/m/x\n$(touch PWNED)", "--model-path", "reward=/rm")
     assert code == 2 and "Traceback" not in err and not (work / "bad.sh").exists()
 
 
@@ -375,3 +376,29 @@ def test_openrlhf_refuses_expert_parallelism_and_fp8_naming_what_it_lacks(capsys
     assert_user_error(code, err, "placements[actor_generation].ep = 4",
                       "OpenRLHF 0.11.2 has no expert parallelism")
     assert not (tmp_path / "run.sh").exists()
+
+
+def test_a_built_in_model_needs_no_path(capsys, tmp_path, openrlhf_main):
+    """Issue 58: Llama-3.1-8B GRPO with a rule reward exported to OpenRLHF without
+    --model-path: the actor loads from the built-in model's Hugging Face id, as verl's export
+    does (one table: hetrl.spec.model.hf_id)."""
+    from hetrl.spec.model import hf_id, model_presets
+    from hetrl.spec.presets import workload_preset
+
+    doc = workload_preset("qwen3-8b-grpo-sync").to_dict()
+    doc.pop("models")
+    doc.update(name="llama-grpo", model="Llama-3.1-8B", reward="rule", kl="none")
+    w = _write(tmp_path / "w.yaml", doc)
+    workload, cluster = load_workload(w), load_cluster("paper64-single-region")
+    save_plan(_fsdp(colocated_plan(workload, cluster)), tmp_path / "plan.json")
+    code, text, err = run(capsys, "export", "--to", "openrlhf", "-w", w, "-c",
+                          "paper64-single-region", "-p", tmp_path / "plan.json", "--out",
+                          tmp_path / "run.sh", "--json")
+    assert code == 0, err
+    args, _ = openrlhf_main(json.loads(text)["argv"][3:])
+    assert args.actor.model_name_or_path == "meta-llama/Llama-3.1-8B"
+    # every built-in model but Megatron-LM's GPTs (no Hugging Face release) and the tiny test
+    # models knows its id
+    without = {n for n in model_presets() if hf_id(n) is None}
+    assert without == {"tiny-qwen3", "tiny-qwen3-moe", "Megatron-GPT-7.1B", "Megatron-GPT-32B",
+                       "Megatron-GPT-70B"}

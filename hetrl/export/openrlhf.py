@@ -46,6 +46,7 @@ from hetrl.export.verl import nearest_layout
 from hetrl.fingerprint import made_for
 from hetrl.plan import Plan, Provenance, TaskGroup, even_layers, make_placement, validate
 from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.model import hf_id
 from hetrl.spec.workload import WorkloadSpec
 
 OPENRLHF_VERSION = "0.11.2"
@@ -254,7 +255,7 @@ def check_value(field: str, value: str) -> str:
 
 def model_paths(workload: WorkloadSpec, given: Mapping[str, str]) -> dict[str, str]:
     """Each ``--model-path`` role's path: ``given``, else the Hugging Face id of a built-in
-    Qwen3 model; for a rule reward, the ``reward_func`` file OpenRLHF loads
+    model (:func:`hetrl.spec.model.hf_id`); for a rule reward, the ``reward_func`` file OpenRLHF loads
     (``--reward.remote_url``, default ``reward_func.py``). Refuses a model with neither."""
     for role in given:
         if role not in PATH_ROLES:
@@ -264,7 +265,7 @@ def model_paths(workload: WorkloadSpec, given: Mapping[str, str]) -> dict[str, s
     out = {}
     for role in roles:
         name = workload.model(role).name
-        path = given.get(role) or (f"Qwen/{name}" if name.startswith("Qwen3-") else None)
+        path = given.get(role) or hf_id(name)
         if path is None:
             raise SpecError("--model-path", role, f"the {role} model {name!r} has no Hugging "
                             f"Face id hetrl knows: give --model-path {role}=PATH")

@@ -14,6 +14,7 @@ from typing import Any
 
 from hetrl.errors import SpecError
 from hetrl.export.safe import text
+from hetrl.spec.model import hf_id
 from hetrl.spec.workload import WorkloadSpec
 
 CUSTOM_SECTION = "hetrl_resource_pools"
@@ -21,14 +22,6 @@ CONFIG_NAMES = {"fsdp": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
 #: vLLM's share of a GPU when the workload leaves it open (``gen_gpu_memory_utilization: null``):
 #: verl's default when the rollout shares GPUs with training, vLLM's own on a standalone pool.
 DEFAULT_GPU_MEMORY_UTILIZATION = {"hybrid": 0.5, "standalone": 0.9}
-#: Hugging Face ids of the built-in models (hetrl/data/models.csv) that have one.
-HF_IDS = {"Qwen2.5-3B": "Qwen/Qwen2.5-3B", "Qwen2.5-7B": "Qwen/Qwen2.5-7B",
-          "Qwen2.5-14B": "Qwen/Qwen2.5-14B", "Llama-3.2-3B": "meta-llama/Llama-3.2-3B",
-          "Llama-3.1-8B": "meta-llama/Llama-3.1-8B", "Llama-2-7B": "meta-llama/Llama-2-7b-hf",
-          "Llama-2-70B": "meta-llama/Llama-2-70b-hf", "Llama-3-70B": "meta-llama/Meta-Llama-3-70B",
-          "Llama-3.1-70B": "meta-llama/Llama-3.1-70B", "OPT-350M": "facebook/opt-350m",
-          "OPT-1.3B": "facebook/opt-1.3b", "OPT-13B": "facebook/opt-13b",
-          "OPT-66B": "facebook/opt-66b", "DeepSeek-V3": "deepseek-ai/DeepSeek-V3"}
 #: The roles verl loads a model for (the reference is the actor's model: actor_rollout_ref).
 PATH_ROLES = ("actor", "critic", "reward")
 #: Where verl reads each role's model.
@@ -51,11 +44,6 @@ def is_new_key(key: str) -> bool:
     return key.endswith(_STAGE_KEYS) or key == "critic.ppo_infer_max_token_len_per_gpu" or any(
         key == f"critic.{s}.{f}" for s in ("fsdp", "megatron") for f in _CRITIC_ENGINE) or \
         key.endswith(_FP8_KEYS)
-
-
-def hf_id(name: str) -> str | None:
-    """The Hugging Face id of a built-in model (None for one without)."""
-    return f"Qwen/{name}" if name.startswith("Qwen3-") else HF_IDS.get(name)
 
 
 def model_paths(workload: WorkloadSpec, given: Mapping[str, str]) -> dict[str, str]:

@@ -290,6 +290,25 @@ def _presets() -> dict[str, ModelShape]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _hf_ids() -> dict[str, str]:
+    """Built-in model name -> its Hugging Face id (``hf_id`` of ``models.csv`` and
+    ``moe_models.yaml``; the models without one, Megatron-LM's GPTs and the tiny test models,
+    are absent)."""
+    text = resources.files("hetrl.data").joinpath("models.csv").read_text()
+    out = {row["name"]: row["hf_id"] for row in csv.DictReader(text.splitlines())
+           if row.get("hf_id")}
+    raw = yaml.safe_load(resources.files("hetrl.data").joinpath("moe_models.yaml").read_text())
+    out.update({e["name"]: e["hf_id"] for e in raw["models"] if e.get("hf_id")})
+    return out
+
+
+def hf_id(name: str) -> str | None:
+    """The Hugging Face id of the built-in model ``name`` (None for one without: a model of
+    the user's own, Megatron-LM's GPTs, the tiny test models)."""
+    return _hf_ids().get(name)
+
+
 def model_presets() -> dict[str, ModelShape]:
     """Built-in model shapes by name (dense ones from ``hetrl/data/models.csv``, mixture-of-experts
     ones from ``hetrl/data/moe_models.yaml``)."""
