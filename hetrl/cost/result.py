@@ -3,7 +3,6 @@ and the :class:`TaskResult` of one task inside it."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -27,9 +26,9 @@ class MemoryReport:
     gpus: tuple[tuple[str, float], ...]
     #: per group the rows of its memory kernel (:data:`~hetrl.cost.kernels.GROUP_MEMORY_ROWS`,
     #: bytes over all devices) and the KV pool its rollout engine allocates (None: no rollout)
-    terms: tuple[tuple[np.ndarray, np.ndarray | None], ...] = ()
+    terms: tuple[tuple[np.ndarray, np.ndarray | None], ...]
     #: usable bytes per device (memory x usable_memory_fraction)
-    usable: np.ndarray | None = None
+    usable: np.ndarray
 
     def peak_gb(self) -> dict[int, float]:
         """Device id -> peak GB (1e9 bytes), in device order."""
@@ -54,7 +53,7 @@ class MemoryReport:
                       ((1, "weights"), (2, "states"), (3, "working"), (9, "rollout_weights"),
                        (0, "need"))}
                 generates = kv_pool is not None and rows[8, d] > 0
-                usable = float(self.usable[d]) / 1e9 if self.usable is not None else math.nan
+                usable = float(self.usable[d]) / 1e9
                 out[d] = {"gpu": self.gpus[d][0], "memory": self.gpus[d][1], **gb,
                           "kv_pool": max(float(kv_pool[d]), 0.0) / 1e9 if generates else 0.0,
                           "peak": peaks[d], "usable": usable,

@@ -268,10 +268,14 @@ def _as_bool(value: Any, field: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _presets() -> dict[str, ModelShape]:
+def _catalog() -> tuple[dict[str, ModelShape], dict[str, str]]:
+    """The built-in models (``models.csv``, ``moe_models.yaml``): shapes by name, and the
+    Hugging Face id of each that has one (``hf_id``)."""
     text = resources.files("hetrl.data").joinpath("models.csv").read_text()
-    out = {}
+    out, ids = {}, {}
     for row in csv.DictReader(text.splitlines()):
+        if row.get("hf_id"):
+            ids[row["name"]] = row["hf_id"]
         out[row["name"]] = ModelShape(
             name=row["name"],
             layers=int(row["layers"]),
@@ -287,26 +291,19 @@ def _presets() -> dict[str, ModelShape]:
     for i, entry in enumerate(raw["models"]):
         shape = {k: v for k, v in entry.items() if k not in ("hf_id", "source")}
         out[entry["name"]] = ModelShape.from_dict(shape, f"moe_models.yaml:models[{i}]")
-    return out
+        if entry.get("hf_id"):
+            ids[entry["name"]] = entry["hf_id"]
+    return out, ids
 
 
-@lru_cache(maxsize=1)
-def _hf_ids() -> dict[str, str]:
-    """Built-in model name -> its Hugging Face id (``hf_id`` of ``models.csv`` and
-    ``moe_models.yaml``; the models without one, Megatron-LM's GPTs and the tiny test models,
-    are absent)."""
-    text = resources.files("hetrl.data").joinpath("models.csv").read_text()
-    out = {row["name"]: row["hf_id"] for row in csv.DictReader(text.splitlines())
-           if row.get("hf_id")}
-    raw = yaml.safe_load(resources.files("hetrl.data").joinpath("moe_models.yaml").read_text())
-    out.update({e["name"]: e["hf_id"] for e in raw["models"] if e.get("hf_id")})
-    return out
+def _presets() -> dict[str, ModelShape]:
+    return _catalog()[0]
 
 
 def hf_id(name: str) -> str | None:
     """The Hugging Face id of the built-in model ``name`` (None for one without: a model of
     the user's own, Megatron-LM's GPTs, the tiny test models)."""
-    return _hf_ids().get(name)
+    return _catalog()[1].get(name)
 
 
 def model_presets() -> dict[str, ModelShape]:
