@@ -75,14 +75,14 @@ class SingleStage(Dispatcher):
         group = f"{self.task}/stage0" if p.dp > 1 else None
         group_devs = tuple(rr[0][0] for rr in p.devices)
         self._jobs = {}
+        experts = expert_groups(p) if p.ep > 1 else {}
         for rep in expert_padded(p, replicas):
             d = p.devices[rep.replica][0][0]
-            micro, scales, ep_devs, expert_dp = rep.micro, rep.scales, (), ()
+            ep_devs, expert_dp = (), ()
             if p.ep > 1:
-                ep_devs = expert_groups(p)[expert_group_name(self.task, rep.replica, p.ep)]
-                expert_dp = expert_groups(p).get(
-                    expert_dp_group_name(self.task, rep.replica, p.ep), ())
-            ref = self.workers[d].train.remote(self.task, it, micro, scales, rep.sources,
+                ep_devs = experts[expert_group_name(self.task, rep.replica, p.ep)]
+                expert_dp = experts.get(expert_dp_group_name(self.task, rep.replica, p.ep), ())
+            ref = self.workers[d].train.remote(self.task, it, rep.micro, rep.scales, rep.sources,
                                                group, group_devs, ep_devs, expert_dp)
             self._jobs[ref] = (d, self.task, it)
         return dict(self._jobs)
