@@ -31,7 +31,7 @@ def in_band(row: Any, residuals: Sequence[Residual]) -> bool | None:
 
 def coverage(df: pd.DataFrame) -> dict[str, Any]:
     """The share of holdout step rows (primary comparisons, published lengths) inside their
-    leave-one-source-out band, over all of them and per plan class."""
+    leave-one-source-out band, over all of them, per plan class and per framework profile."""
     part = df[df["primary"].astype(bool) & (df["split"] == "holdout") & (df["kind"] == "step")
               & (df["lengths"] != "unknown") & df["in_band"].notna()]
     out: dict[str, Any] = {"rows": int(len(part)),
@@ -40,4 +40,8 @@ def coverage(df: pd.DataFrame) -> dict[str, Any]:
     for cls, flag in (("colocated", True), ("disaggregated", False)):
         sub = part[part["colocated"].astype(bool) == flag]
         out[cls] = {"rows": int(len(sub)), "inside": int(sub["in_band"].astype(bool).sum())}
+    # per framework profile (the workload's ``framework``: hetrl.cost.profiles)
+    out["framework"] = {name: {"rows": int(len(sub)),
+                               "inside": int(sub["in_band"].astype(bool).sum())}
+                        for name, sub in part.groupby("framework", sort=True)}
     return out

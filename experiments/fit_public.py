@@ -14,8 +14,9 @@ GPU) join the fit as rows of their own: their matmul FLOPs at the fitted efficie
 measured seconds. (Their decode rows are not used: a Hugging Face decode loop, not a serving
 engine.) The residuals are ln(estimate / measured), minimised together by
 ``scipy.optimize.least_squares`` in log space within bounds (a generation row's prefill also
-depends on ``infer_flops``). The holdout rows (S1-S11, S13, S14, S19-S21, W1, W2) never enter the fit: their error
-is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
+depends on ``infer_flops``). A third phase (``profiles``) fits each framework profile's scale
+on the framework's own fit rows (hetrl.cost.profiles; none but verl has any yet: each other
+framework's rows are holdout), the per-step costs held. The holdout rows never enter the fit: their error is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
 the base params would still override them.
 """
 
@@ -36,6 +37,7 @@ from scipy.optimize import least_squares
 
 from experiments.validate_public import load_rows, summary, validate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.profiles import FRAMEWORK_PROFILES
 from hetrl.spec.model import model_preset
 
 #: the fit's step rows: verl logs whose every stage (not only the step) enters the fit -- the
@@ -139,8 +141,46 @@ def _fit_phase(params: CostParams, names: tuple[str, ...], start_all: dict[str, 
     return moved(res.x), res
 
 
-#: the phases by name (``--phase``)
-PHASE_NAMES = ("kernels", "framework")
+#: the phases by name (``--phase``); ``profiles`` (each framework profile's scale) runs last
+PHASE_NAMES = ("kernels", "framework", "profiles")
+#: bounds of a profile's scale in the fit
+SCALE_BOUNDS = (0.01, 100.0)
+
+
+def profile_fit_rows() -> dict[str, tuple[str, ...]]:
+    """Per framework profile whose scale is fitted on rows of its own (verl's are the base fit,
+    not a scale) those rows."""
+    return {p.name: p.fit_rows for p in FRAMEWORK_PROFILES.values()
+            if p.controller and p.fit_rows and p.name != "verl"}
+
+
+def fit_profiles(params: CostParams) -> tuple[CostParams, dict[str, dict]]:
+    """``params`` with each fitted profile's scale (``framework_scale``) fitted on its fit rows'
+    every comparison (one constant per profile, least squares in log space), and per profile
+    the fitted scale and the rms of ln(estimate / measured) before and after."""
+    rows = load_rows()
+    report = {}
+    for name, ids in profile_fit_rows().items():
+        used = [r for r in rows if r.id in ids]
+        others = tuple(x for x in params.framework_scale if x[0] != name)
+
+        def with_scale(log_scale: float, others=others, name=name) -> CostParams:
+            return replace(params, framework_scale=others + ((name, float(np.exp(log_scale))),))
+
+        def residuals(x: np.ndarray, used=used, with_scale=with_scale) -> np.ndarray:
+            df = validate(with_scale(x[0]), used)
+            return np.log(df[df["status"] == "estimated"]["ratio"].to_numpy(dtype=float))
+
+        start = np.log([FRAMEWORK_PROFILES[name].scale])
+        res = least_squares(residuals, start, bounds=np.log(SCALE_BOUNDS), method="trf",
+                            diff_step=1e-3)
+        params = with_scale(res.x[0])
+        report[name] = {"rows": list(ids), "scale": float(np.exp(res.x[0])),
+                        "start": float(np.exp(start[0])),
+                        "rms_log_before": float(np.sqrt(np.mean(residuals(start) ** 2))),
+                        "rms_log_after": float(np.sqrt(np.mean(res.fun ** 2))),
+                        "converged": bool(res.success)}
+    return params, report
 
 
 def fit(params: CostParams = DEFAULT_PARAMS,
@@ -152,7 +192,7 @@ def fit(params: CostParams = DEFAULT_PARAMS,
     start = dict(zip(FITTED, _start(params), strict=True))
     values = dict(start)
     fitted, report_phases = params, []
-    for name, names in zip(PHASE_NAMES, PHASES, strict=True):
+    for name, names in zip(PHASE_NAMES[:2], PHASES, strict=True):  # (profiles: below)
         if name not in phases:
             continue
         fitted, res = _fit_phase(fitted, names, values, kernels)
@@ -163,14 +203,18 @@ def fit(params: CostParams = DEFAULT_PARAMS,
                        "at_bound": [k for k, x in zip(names, res.x, strict=True)
                                     if np.isclose(x, np.log(BOUNDS[k][0]), atol=1e-6)
                                     or np.isclose(x, np.log(BOUNDS[k][1]), atol=1e-6)]})
+    profiles = {}
+    if "profiles" in phases:
+        fitted, profiles = fit_profiles(fitted)
     report = {"fitted": {k: float(values[k]) for k in FITTED},
+              "profiles": profiles,
               "start": {k: float(start[k]) for k in FITTED},
               "rows": {k: list(v) for k, v in FITTED.items()},
               "kernel_rows": {r["id"]: {"before": float(b), "after": float(a)} for r, b, a in
                               zip(kernels, kernel_log_ratios(params, kernels),
                                   kernel_log_ratios(fitted, kernels), strict=True)},
               "phases": report_phases,
-              "converged": all(p["converged"] for p in report_phases)}
+              "converged": all(p["converged"] for p in [*report_phases, *profiles.values()])}
     return fitted, report
 
 
@@ -180,8 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print machine-readable JSON")
     ap.add_argument("--out", type=Path, help="write the fitted CostParams here (YAML)")
     ap.add_argument("--phase", choices=PHASE_NAMES, action="append",
-                    help="fit only this phase (repeatable; default: both, kernels first): "
-                    "'framework' fits the per-step costs with the kernel constants as shipped")
+                    help="fit only this phase (repeatable; default: all three, in order): "
+                    "'framework' fits the per-step costs with the kernel constants as shipped; "
+                    "'profiles' each framework profile's scale on its own fit rows")
     args = ap.parse_args(argv)
     before = summary(validate(DEFAULT_PARAMS))
     fitted, report = fit(DEFAULT_PARAMS, args.phase or PHASE_NAMES)
@@ -194,7 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = args.out.with_suffix(args.out.suffix + ".tmp")
         values = dict(report["fitted"])
         fields = {k: values.pop(k) for k in FIELDS}
-        tmp.write_text(yaml.safe_dump({"defaults": values, **fields}, sort_keys=False))
+        scales = {k: v["scale"] for k, v in report["profiles"].items()}
+        tmp.write_text(yaml.safe_dump({"defaults": values, **fields,
+                                       **({"framework_scale": scales} if scales else {})},
+                                      sort_keys=False))
         tmp.replace(args.out)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -207,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         bound = f"; at a bound: {', '.join(phase['at_bound'])}" if phase["at_bound"] else ""
         print(f"rms ln(est/meas), {', '.join(phase['constants'])}: "
               f"{phase['rms_log_before']:.3f} -> {phase['rms_log_after']:.3f}{bound}")
+    for name, r in report["profiles"].items():
+        print(f"profile {name}: scale {r['start']:.3g} -> {r['scale']:.3g} (rows "
+              f"{', '.join(r['rows'])}); rms ln(est/meas) {r['rms_log_before']:.3f} -> "
+              f"{r['rms_log_after']:.3f}")
     for split in ("fit", "holdout"):
         b, a = before["median_abs_log_ratio"][split], after["median_abs_log_ratio"][split]
         wb, wa = before["within_band_share"][split], after["within_band_share"][split]

@@ -47,7 +47,6 @@ from typing import Any
 import pandas as pd
 
 from hetrl.cost.band import Residual, is_colocated, residuals_csv
-from hetrl.cost.framework import without_framework
 from hetrl.cost.lengths import length_stats
 from hetrl.cost.model import CostModel, Estimate
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
@@ -171,15 +170,24 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
-           "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band"]
+           "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band", "framework"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
     out = {c: None for c in COLUMNS}
     out.update(id=row.id, kind=row.kind, split=row.split, source_key=row.source_key,
-               lengths=row.lengths)
+               lengths=row.lengths, framework=row_framework(row))
     out.update(values)
     return out
+
+
+def row_framework(row: Row) -> str:
+    """The framework profile a row is priced with: its workload's ``framework`` for a step row
+    (verl when it names none); ``none`` for a component row (an engine, a trainer or a sync
+    measured in a harness without an RL controller)."""
+    if row.kind != "step":
+        return "none"
+    return str(row.workload.get("framework", "verl"))
 
 
 def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, float]], bool,
@@ -193,8 +201,10 @@ def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, f
     # a component row measures an engine, a trainer or a sync on its own, in a harness
     # without an RL framework's controller: priced without the framework's costs
     if row.kind != "step":
-        params = without_framework(params)
-    est = CostModel(workload, cluster, params).estimate(plan)
+        workload = workload.with_(framework="none")
+    model = CostModel(workload, cluster, params)
+    params = model.params  # as the row's framework pays them (hetrl.cost.profiles)
+    est = model.estimate(plan)
     pairs = []
     for comp in row.compare:
         if is_memory(comp):  # (GB, not seconds: experiments/peak_memory.py)
@@ -317,6 +327,12 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["skipped"][split] = int(((primary["split"] == split)
                                      & (primary["status"] == "skipped")).sum())
     out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
+    # the step rows per framework profile (hetrl.cost.profiles) and split
+    out["framework"] = {
+        name: {split: {"rows": int(len(p := sub[sub["split"] == split])),
+                       "median_abs_log_ratio": float(p["abs_log_ratio"].median())
+                       if len(p) else None} for split in SPLITS}
+        for name, sub in ok[ok["kind"] == "step"].groupby("framework", sort=True)}
     steps = ok[(ok["split"] == "holdout") & (ok["kind"] == "step")]
     out["median_ratio_step_holdout"], out["step_holdout_rows"] = {}, {}
     for cls, flag in (("colocated", True), ("disaggregated", False)):
@@ -414,12 +430,21 @@ def table(df: pd.DataFrame) -> str:
         per_class.append(f"{cls} {_fmt(s['median_ratio_step_holdout'][cls], '.3f')} "
                          f"({n} row{'' if n == 1 else 's'})")
     lines.append("holdout step rows, median est/meas: " + ", ".join(per_class))
+    per_framework = []
+    for name, splits in s["framework"].items():
+        per_framework.append(name + " " + ", ".join(
+            f"{split} {_fmt(v['median_abs_log_ratio'], '.3f')} ({v['rows']})"
+            for split, v in splits.items() if v["rows"]))
+    lines.append("step rows per framework profile, median |ln(est/meas)| (rows): "
+                 + "; ".join(per_framework))
     cov = s["band_coverage"]
     if cov["rows"]:
         lines.append(f"the 80% band (leave-one-source-out) holds {cov['inside']} of {cov['rows']} "
                      f"holdout steps ({cov['share']:.0%}; colocated {cov['colocated']['inside']} "
                      f"of {cov['colocated']['rows']}, disaggregated "
-                     f"{cov['disaggregated']['inside']} of {cov['disaggregated']['rows']})")
+                     f"{cov['disaggregated']['inside']} of {cov['disaggregated']['rows']}; "
+                     + ", ".join(f"{k} {v['inside']} of {v['rows']}"
+                                 for k, v in cov["framework"].items()) + ")")
     mem = s["peak_memory"]
     if mem["comparisons"]:
         lines.append(f"peak memory (not pooled): {mem['within_band']} of {mem['comparisons']} "

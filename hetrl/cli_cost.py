@@ -157,6 +157,9 @@ def _format(est, workload, cluster, money=None, band=None, rows=None) -> str:
         first = est.violations[0] if est.violations else "does not fit"
         lines = [f"INFEASIBLE: {workload.name} on {cluster.name}: {first}",
                  f"  ignoring memory it would take {est.iteration_s:.2f} s per iteration"]
+    if workload.framework != "verl":  # (the default: said in --help and docs/specs.md)
+        lines.append(f"  per-step costs of framework {workload.framework} "
+                     f"(hetrl.cost.profiles)")
     lines.append(f"  {'task':<21}{'seconds':>10}   breakdown")
     present = set(workload.task_names) | {WEIGHT_SYNC}
     for task, seconds in est.tasks.items():
@@ -217,6 +220,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     m = money(model, plan, est.iteration_s, args.charge_used_only)
     band = estimate_band(est.iteration_s, plan, workload, cluster) if est.feasible else None
     record = estimate_record(est, m, band)
+    record["framework"] = workload.framework
     record["verl_stages"] = verl_stages(est.tasks, workload.task_names, est.iteration_s,
                                         is_colocated(plan, workload))
     detail = tasks_detail(est, plan, workload, cluster)

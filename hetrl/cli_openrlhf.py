@@ -32,7 +32,8 @@ def export_openrlhf(args: argparse.Namespace) -> int:
     layout = orl.openrlhf_layout(plan, workload, cluster)
     orl.check_workload(workload, layout, cluster)
     closest = orl.closest_plan(layout, workload, cluster)
-    model = CostModel(workload, cluster, params)
+    # both priced with the per-step costs of the framework that will run them
+    model = CostModel(workload.with_(framework="openrlhf"), cluster, params)
     ours, theirs = model.estimate(plan), model.estimate(closest)
     ratio = theirs.iteration_s / ours.iteration_s if ours.iteration_s > 0 else float("nan")
     flags = orl.flags(layout, workload, cluster, paths)
@@ -45,7 +46,8 @@ def export_openrlhf(args: argparse.Namespace) -> int:
               f"  ./{os.path.basename(args.out)} --data.prompt_dataset DATA "
               "--data.input_key input --ckpt.save_hf",
               "Run it where `ray` reaches the cluster (or through `ray job submit -- ...`).",
-              "", "Estimates (hetrl's cost model, `hetrl estimate`):",
+              "", "Estimates (hetrl's cost model, `hetrl estimate`, with OpenRLHF's per-step "
+              "costs: framework openrlhf):",
               f"  the hetrl plan:            {seconds_text(ours)}",
               f"  the closest OpenRLHF plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's",
               "", "Placement groups (models sharing GPUs) and the devices hetrl assumed (Ray packs "

@@ -172,7 +172,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                         "ppo_mini_batch_size is a whole number of prompts")
     layout = verl.verl_layout(plan, workload, cluster)
     closest = verl.closest_plan(layout, workload, cluster)
-    model = CostModel(workload, cluster, params)
+    # both priced with the per-step costs of the framework that will run them
+    model = CostModel(workload.with_(framework="verl"), cluster, params)
     ours, theirs = model.estimate(plan), model.estimate(closest)
     ratio = theirs.iteration_s / ours.iteration_s if ours.iteration_s > 0 else float("nan")
     flat = verl.overrides(layout, workload, paths)
@@ -184,7 +185,8 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"workload {workload.name}, cluster {cluster.name}, plan {args.plan}",
               f"config: verl/trainer/config/{verl.CONFIG_NAMES[layout.strategy]}.yaml; add your "
               "data files (data.train_files, data.val_files) and reward function",
-              "", "Estimates (hetrl's cost model, `hetrl estimate`):",
+              "", "Estimates (hetrl's cost model, `hetrl estimate`, with verl's per-step costs: "
+              "framework verl):",
               f"  the hetrl plan:        {seconds_text(ours)}",
               f"  the closest verl plan: {seconds_text(theirs)}; {ratio:.2f}x the hetrl plan's",
               "", "What verl cannot express, and how the exported plan differs:"]

@@ -75,10 +75,12 @@ class Simulation:
     def __init__(self, plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
                  params: CostParams = DEFAULT_PARAMS, seed: int = 0, start_s: float = 0.0,
                  first_iteration: int = 0):
-        self.plan, self.workload, self.cluster, self.params = plan, workload, cluster, params
+        self.plan, self.workload, self.cluster = plan, workload, cluster
         self.seed = seed
         self.env = simpy.Environment(initial_time=start_s)
         self.model = CostModel(workload, cluster, params)
+        # the framework's per-step costs, as the cost model charges them (hetrl.cost.profiles)
+        self.params = params = self.model.params
         devices = cluster.devices
         self.net = Network(self.env, cluster,
                            lambda d: params.efficiency(devices[d].gpu.name, "link"))

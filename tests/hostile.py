@@ -28,9 +28,10 @@ def workload_doc() -> dict[str, Any]:
 def moe_workload_doc() -> dict[str, Any]:
     """The tiny workload with a mixture-of-experts model (a dense first layer, shared and
     routed experts) and FP8 rollouts, without sequence parallelism and with the actor's own
-    recomputation: the MoE, FP8 and memory fields to mutate."""
+    recomputation, run by OpenRLHF: the MoE, FP8, memory and framework fields to mutate."""
     doc = workload_doc()
     doc["sequence_parallel"] = False
+    doc["framework"] = "openrlhf"
     doc["task_batching"] = {"actor_training": {"recompute": True}}
     moe = {"experts": 4, "top_k": 2, "expert_ffn": 32, "shared_experts": 1, "shared_ffn": 32,
            "dense_layers": 1, "layer_freq": 1, "router": "softmax"}

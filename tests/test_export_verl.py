@@ -498,3 +498,23 @@ def test_verl_accepts_an_expert_parallel_fp8_export(capsys, tmp_path, verl_confi
     assert built["rollout"].expert_parallel_size == 8
     layout = verl.layout_from_overrides(read_mapping(out), workload, cluster)
     assert verl.closest_plan(layout, workload, cluster).placement("actor_training").ep == 4
+
+
+@pytest.mark.parametrize("to", ["verl", "openrlhf"])
+def test_an_export_prices_both_plans_with_the_target_frameworks_costs(capsys, tmp_path, to):
+    """A workload written for another framework (here a bare trainer's, no per-step costs) is
+    priced, on export, with the per-step costs of the framework that will run it."""
+    workload = load_workload("qwen3-4b-ppo-sync").with_(framework="megatron-lm",
+                                                       recompute_logprobs=True)
+    cluster = load_cluster("a100x8")
+    wfile, pfile = tmp_path / "w.yaml", tmp_path / "p.json"
+    wfile.write_text(yaml.safe_dump(workload.to_dict()))
+    plan = colocated_plan(workload, cluster, tp=2)
+    save_plan(plan, pfile)
+    code, text, err = run(capsys, "export", "--to", to, "-w", wfile, "-c", "a100x8", "-p",
+                          pfile, "--out", tmp_path / "o.txt", "--json")
+    assert code == 0, err
+    theirs = CostModel(workload.with_(framework=to), cluster).estimate(plan).iteration_s
+    ours = CostModel(workload, cluster).estimate(plan).iteration_s
+    assert json.loads(text)["iteration_s"]["plan"] == pytest.approx(theirs, rel=1e-9)
+    assert theirs > ours  # the framework's calls and loops cost time a bare trainer does not pay

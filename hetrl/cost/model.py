@@ -36,6 +36,7 @@ from hetrl.cost.model_memory import MemoryTerms
 from hetrl.cost.model_transfers import TransferTerms
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.cost.primitives import node_symmetry
+from hetrl.cost.profiles import framework_params
 from hetrl.cost.replica import ReplicaHW, replica_hw
 from hetrl.cost.result import Estimate, MemoryReport, TaskResult
 from hetrl.cost.tasks import PARTS, forward_engine, generation_engine
@@ -91,7 +92,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                  params: CostParams = DEFAULT_PARAMS):
         self.workload = workload
         self.cluster = cluster
-        self.params = params
+        # the per-step costs of the framework that runs the job (hetrl.cost.profiles)
+        self.params = params = framework_params(params, workload.framework)
         self.evaluations = 0
         own = self._own = OwnTables()
         # this cost model's tables (memo.OwnTables) under the names the terms use

@@ -132,6 +132,9 @@ class CostParams:
     # capacity-bounded router lets one expert take; dropless routers (Megatron's default) can
     # exceed it.
     moe_load_imbalance: float = 1.25
+    # Per framework profile (hetrl.cost.profiles) the multiplier on the framework costs above,
+    # overriding the profile's own: (framework, scale) pairs; a file gives a mapping.
+    framework_scale: tuple[tuple[str, float], ...] = ()
     eta: float | None = None
 
     def __post_init__(self) -> None:
@@ -179,6 +182,14 @@ class CostParams:
         _number("params.moe_load_imbalance", self.moe_load_imbalance)
         require(1 <= self.moe_load_imbalance <= 64, "params.moe_load_imbalance",
                 self.moe_load_imbalance, "must be in [1, 64] (the busiest rank's load / the mean)")
+        from hetrl.spec.workload import FRAMEWORKS
+
+        for name, scale in self.framework_scale:
+            require(name in FRAMEWORKS, f"params.framework_scale.{name}", scale,
+                    f"unknown framework; frameworks: {list(FRAMEWORKS)}")
+            _number(f"params.framework_scale.{name}", scale)
+            require(0 <= scale <= 100, f"params.framework_scale.{name}", scale,
+                    "must be in [0, 100] (a multiplier on the fitted framework costs)")
         if self.eta is not None:
             _number("params.eta", self.eta)
             require(0 <= self.eta <= 1, "params.eta", self.eta, "must be in [0, 1] or null")
@@ -237,6 +248,7 @@ class CostParams:
         for g, k, v in self.per_gpu:
             per.setdefault(g, {})[k] = v
         out["per_gpu"] = per
+        out["framework_scale"] = dict(self.framework_scale)
         return out
 
     @classmethod
@@ -263,6 +275,10 @@ class CostParams:
         aliases = gpu_aliases()
         per = tuple((aliases.get(str(g), str(g)), str(k), _number(f"params.per_gpu.{g}.{k}", v))
                     for g, kinds in raw_per.items() for k, v in kinds.items())
+        raw_scale = values.pop("framework_scale", {}) or {}
+        require(isinstance(raw_scale, Mapping), "params.framework_scale", raw_scale,
+                "must be a mapping framework -> multiplier")
+        values["framework_scale"] = tuple((str(k), v) for k, v in raw_scale.items())
         try:
             return cls(defaults=tuple(defaults.items()), per_gpu=per, **values)
         except TypeError as exc:

@@ -29,6 +29,10 @@ SCHEMA_VERSION = 2
 #: Training backends a workload may let the search use (hetrl.plan.BACKENDS).
 SEARCH_BACKENDS = ("megatron", "fsdp")
 READABLE_VERSIONS = (1, 2)
+#: The RL frameworks whose per-step costs a workload may pay (hetrl.cost.profiles): ``none`` and
+#: ``megatron-lm`` have no RL controller (a standalone engine or trainer, a bare training run).
+FRAMEWORKS = ("verl", "openrlhf", "deepspeed-chat", "nemo-aligner", "nemo-rl", "areal",
+              "megatron-lm", "none")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ class WorkloadSpec:
     holds its weights and KV cache in one byte (vLLM ``quantization: fp8``,
     ``kv_cache_dtype: fp8``) and runs its matmuls at the FP8 peak. FP8 needs a GPU type with
     FP8 tensor cores (``fp8_tflops`` in the GPU table).
+    ``framework``: the RL framework that runs the job (:data:`FRAMEWORKS`), whose per-step
+    costs (its controller's calls, the batch its driver moves, its per-micro-batch loop) the
+    estimate charges: its profile in hetrl.cost.profiles (default ``verl``).
     """
 
     name: str
@@ -119,6 +126,7 @@ class WorkloadSpec:
     gen_sleep_level: int = 1
     task_batching: tuple[tuple[str, TaskBatching], ...] = ()
     gen_precision: str | None = None
+    framework: str = "verl"
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self) -> None:
@@ -149,6 +157,7 @@ class WorkloadSpec:
             require(self.staleness <= 64, "staleness", self.staleness, "must be <= 64")
         one_of("reward", self.reward, REWARDS)
         one_of("kl", self.kl, KL_MODES)
+        one_of("framework", self.framework, FRAMEWORKS)
         require(self.gen_sleep_level in (0, 1, 2) and not isinstance(self.gen_sleep_level, bool),
                 "gen_sleep_level", self.gen_sleep_level,
                 "must be 1 (weights to host memory) or 2 (weights discarded), vLLM's sleep "
@@ -349,6 +358,7 @@ class WorkloadSpec:
             **({"gen_precision": self.gen_precision} if self.gen_precision is not None else {}),
             # (written only when off: the workloads written before it read as they did)
             **({} if self.sequence_parallel else {"sequence_parallel": False}),
+            **({} if self.framework == "verl" else {"framework": self.framework}),
         }
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -60,6 +61,18 @@ def test_at_most_half_the_rows_fit_and_no_source_on_both_sides(rows):
         set(fit_public.STEP_ROWS)
     holdout_steps = [r for r in rows if r.kind == "step" and r.split == "holdout"]
     assert len(holdout_steps) >= len(fit_public.STEP_ROWS) * 2
+
+
+def test_each_step_row_names_its_framework_and_profiles_fit_on_their_own_rows(rows):
+    from hetrl.cost.profiles import FRAMEWORK_PROFILES
+
+    assert all("framework" in r.workload for r in rows if r.kind == "step")
+    by_id = {r.id: r for r in rows}
+    for prof in FRAMEWORK_PROFILES.values():
+        for i in prof.fit_rows:
+            assert by_id[i].split == "fit" and vp.row_framework(by_id[i]) == prof.name, (prof, i)
+    # a component row (an engine, a trainer, a sync) is priced with no framework's costs
+    assert {vp.row_framework(r) for r in rows if r.kind != "step"} == {"none"}
 
 
 def test_estimated_ratios_are_positive_finite_and_estimate_over_measured(quick):
@@ -275,3 +288,21 @@ def test_json_rows_say_whether_the_measured_step_is_in_its_band(quick):
         assert "in_band" in entry
         if entry["kind"] != "step":
             assert entry["in_band"] is None
+
+
+def test_a_profile_with_fit_rows_gets_its_scale_fitted_on_them(monkeypatch):
+    """fit_public's profiles phase: one scale per profile that names fit rows of its own, fitted
+    on them alone (here a one-row profile, which the scale then matches exactly)."""
+    from experiments import fit_public
+    from hetrl.cost import profiles
+
+    prof = profiles.FRAMEWORK_PROFILES["deepspeed-chat"]
+    monkeypatch.setitem(profiles.FRAMEWORK_PROFILES, "deepspeed-chat",
+                        dataclasses.replace(prof, fit_rows=("S1",)))
+    assert fit_public.profile_fit_rows() == {"deepspeed-chat": ("S1",)}
+    fitted, report = fit_public.fit_profiles(DEFAULT_PARAMS)
+    r = report["deepspeed-chat"]
+    assert r["converged"] and r["rms_log_after"] < min(1e-3, r["rms_log_before"])
+    assert dict(fitted.framework_scale)["deepspeed-chat"] == pytest.approx(r["scale"])
+    s1 = next(row for row in vp.load_rows() if row.id == "S1")
+    assert vp.validate(fitted, [s1])["ratio"].iloc[0] == pytest.approx(1.0, abs=1e-3)
