@@ -164,8 +164,9 @@ def fit_profiles(params: CostParams) -> tuple[CostParams, dict[str, dict]]:
         used = [r for r in rows if r.id in ids]
         others = tuple(x for x in params.framework_scale if x[0] != name)
 
-        def with_scale(log_scale: float, others=others, name=name) -> CostParams:
-            return replace(params, framework_scale=others + ((name, float(np.exp(log_scale))),))
+        def with_scale(log_scale: float, others=others, name=name,
+                       base=params) -> CostParams:
+            return replace(base, framework_scale=others + ((name, float(np.exp(log_scale))),))
 
         def residuals(x: np.ndarray, used=used, with_scale=with_scale) -> np.ndarray:
             df = validate(with_scale(x[0]), used)

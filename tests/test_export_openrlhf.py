@@ -402,3 +402,27 @@ def test_a_built_in_model_needs_no_path(capsys, tmp_path, openrlhf_main):
     without = {n for n in model_presets() if hf_id(n) is None}
     assert without == {"tiny-qwen3", "tiny-qwen3-moe", "Megatron-GPT-7.1B", "Megatron-GPT-32B",
                        "Megatron-GPT-70B"}
+
+
+def test_plan_launch_with_openrlhf_exports_as_it_is(capsys, tmp_path, openrlhf_main):
+    """`hetrl plan --launch-with openrlhf`: a plan OpenRLHF runs as it is (ratio 1.00), whose
+    launch script OpenRLHF's own parser and checks accept."""
+    args = ("-w", "qwen3-8b-ppo-sync", "-c", "paper64-multi-region-hybrid")
+    code, text, err = run(capsys, "plan", *args, "--budget-evals", "400", "--launch-with",
+                          "openrlhf", "-o", tmp_path / "p.json", "--json")
+    assert code == 0, err
+    code, text, err = run(capsys, "export", "--to", "openrlhf", *args, "-p", tmp_path / "p.json",
+                          "--out", tmp_path / "run.sh", "--json")
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["ratio"] == 1.0
+    openrlhf_main(report["argv"][3:])
+
+
+def test_launch_with_openrlhf_refuses_fp8_before_searching(capsys, tmp_path):
+    doc = load_workload("qwen3-8b-grpo-sync").to_dict() | {"gen_precision": "fp8"}
+    w = _write(tmp_path / "w.yaml", doc)
+    code, _, err = run(capsys, "plan", "-w", w, "-c", "paper64-single-region", "--budget-evals",
+                       "50", "--launch-with", "openrlhf", "-o", tmp_path / "p.json")
+    assert_user_error(code, err, "gen_precision", "fp8", "OpenRLHF")
+    assert not (tmp_path / "p.json").exists()

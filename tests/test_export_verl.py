@@ -8,7 +8,6 @@ the reason, where verl is not importable; the rest need no verl."""
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from hetrl.export import verl
 from hetrl.io import load_cluster, load_plan, load_workload, read_mapping, save_plan
 from hetrl.plan import Plan, TaskGroup, colocated_plan, make_placement
 from tests.cli_helpers import assert_user_error, run
+from tests.verl_accept import accepted_export as _accepted
 
 CONFIGS = {"ppo_trainer": "_generated_ppo_trainer.yaml",
            "ppo_megatron_trainer": "_generated_ppo_megatron_trainer.yaml"}
@@ -52,18 +52,6 @@ def verl_configs(verl_installed) -> dict[str, set[str]]:
             for name, f in CONFIGS.items()}
 
 
-def _command(out: Path) -> list[str]:
-    """The command line written in the export's header, as the shell splits it."""
-    lines = out.read_text().splitlines()
-    start = lines.index("# The command line:") + 1
-    cmd = []
-    for line in lines[start:]:
-        if not line.startswith("# "):
-            break
-        cmd.append(line[2:])
-    return shlex.split(" ".join(c.removesuffix("\\") for c in cmd))
-
-
 def _check_keys(flat, verl_configs, config_name):
     """Every exported key is verl's, or a field its YAML lacks, added with Hydra's ``+``."""
     from hetrl.export.verl_keys import is_new_key
@@ -73,31 +61,6 @@ def _check_keys(flat, verl_configs, config_name):
     assert not missing, f"keys verl {verl.VERL_VERSION} does not have: {missing}"
     wrongly_new = sorted(k for k in flat if is_new_key(k) and k in known)
     assert not wrongly_new, f"keys verl has (Hydra's + would fail): {wrongly_new}"
-
-
-def _accepted(tmp_path, out: Path, workload) -> dict:
-    """verl's checks on the export in ``out`` (tests/verl_accept.py), from its command line."""
-    from tests.verl_accept import accept, compose, fake_model
-
-    data = read_mapping(out)
-    argv = _command(out)
-    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
-    rest = argv[3:]
-    name = "ppo_trainer"
-    if rest and rest[0].startswith("--config-name="):
-        name = rest.pop(0).split("=", 1)[1]
-    cfg = compose(name, rest)
-    local, layers = {}, {}
-    from hetrl.export.verl_keys import PATH_KEYS
-
-    for role, key in PATH_KEYS.items():
-        if role in workload.models_by_role:
-            shape = workload.model(role)
-            path = verl.flatten(data)[key]
-            arch = "qwen3" if shape.name.startswith("Qwen3") else "llama"
-            local[path] = fake_model(tmp_path / "models" / role, shape, arch)
-            layers[role] = shape.layers
-    return accept(cfg, data[verl.CUSTOM_SECTION], local, layers)
 
 
 def _workload_file(tmp_path, base: str, **changes) -> str:
@@ -143,6 +106,12 @@ def _cases():
     def pp8(w, c):  # 36 layers over 8 stages
         return colocated_plan(w, c, tp=1, pp=8)
 
+    def pp8_ref_pp2(w, c):  # the actor's uneven split; the reference's own, even one
+        plan = pp8(w, c)
+        ref = make_placement("reference_inference", tuple(range(64)), 32, 2, 1, 36)
+        return replace(plan, placements=tuple(ref if p.task == ref.task else p
+                                              for p in plan.placements))
+
     def sync_split(w, c):  # verl's split placement: actor tasks | critic and reward
         actor = ("actor_generation", "reference_inference", "actor_training")
         rest = ("reward_inference", "critic_inference", "critic_training")
@@ -166,6 +135,8 @@ def _cases():
          ("--max-slowdown", "100")),
         ("async-colocated", "qwen3-4b-grpo-async", "paper64-single-region", coloc, ()),
         ("megatron-pp8-uneven", "qwen3-4b-ppo-sync", "paper64-single-region", pp8, ()),
+        ("megatron-pp8-uneven-ref-pp2", "qwen3-4b-ppo-sync", "paper64-single-region",
+         pp8_ref_pp2, ()),
         ("dynamic-bsz-fsdp", ("qwen3-4b-ppo-sync", {"micro_batch_tokens": 8192}),
          "paper64-single-region", coloc_fsdp, ()),
         ("dynamic-bsz-megatron", ("qwen3-4b-ppo-sync", {"micro_batch_tokens": 8192,
@@ -246,6 +217,12 @@ def test_verl_accepts_the_export(capsys, tmp_path, verl_configs, name, workload_
         assert flat[f"actor_rollout_ref.actor.megatron.{first}"] == 3
         assert load_plan(closest_file).placement("actor_training").layers_per_stage == (
             3, 5, 5, 5, 5, 5, 5, 3)
+    if name == "megatron-pp8-uneven-ref-pp2":  # (verl's reference inherits the actor's ends)
+        first = "override_transformer_config.num_layers_in_first_pipeline_stage"
+        assert flat[f"actor_rollout_ref.ref.megatron.{first}"] is None
+        assert load_plan(closest_file).placement("reference_inference").layers_per_stage == (
+            18, 18)
+        assert any(d.startswith("ref: its Megatron override") for d in report["differences"])
     if name.startswith("dynamic"):
         assert built["actor"].use_dynamic_bsz and built["ref"].use_dynamic_bsz
         assert built["critic"].engine.use_dynamic_bsz
@@ -518,3 +495,48 @@ def test_an_export_prices_both_plans_with_the_target_frameworks_costs(capsys, tm
     ours = CostModel(workload, cluster).estimate(plan).iteration_s
     assert json.loads(text)["iteration_s"]["plan"] == pytest.approx(theirs, rel=1e-9)
     assert theirs > ours  # the framework's calls and loops cost time a bare trainer does not pay
+
+
+@pytest.mark.parametrize("cluster_name", ["paper64-multi-country", "examples/cluster-fleet.yaml"])
+def test_plan_launch_with_verl_exports_as_it_is_and_verl_accepts_it(capsys, tmp_path,
+                                                                    verl_configs, cluster_name):
+    """Issue 58, item 6: `hetrl plan --launch-with verl` searches only what verl can launch, so
+    its plan exports with a closest-plan ratio of 1.00 and verl's config code builds it."""
+    w = "examples/workload-llama8b-grpo-rule.yaml"
+    plan_file = tmp_path / "plan.json"
+    code, text, err = run(capsys, "plan", "-w", w, "-c", cluster_name, "--budget-evals", "400",
+                          "--launch-with", "verl", "-o", plan_file, "--json")
+    assert code == 0, err
+    found = json.loads(text)
+    assert found["launch_with"] == "verl" and "launchable" not in found
+    # never worse than verl's own placement (its schedulers' plans, as verl launches them)
+    own = found["own_plans_compared"]
+    assert set(own) == {"verl", "verl-async"}
+    assert found["iteration_s"] <= min(v["iteration_s"] for v in own.values())
+    code, text, err = run(capsys, "export", "--to", "verl", "-w", w, "-c", cluster_name, "-p",
+                          plan_file, "--out", tmp_path / "o.yaml", "--json")
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["ratio"] == 1.0
+    assert report["iteration_s"]["plan"] == pytest.approx(found["iteration_s"], rel=1e-12)
+    _check_keys(report["overrides"], verl_configs, report["config_name"])
+    _accepted(tmp_path, tmp_path / "o.yaml", load_workload(w))
+
+
+def test_plan_says_how_verl_would_launch_its_best_plan(capsys, tmp_path):
+    """Without --launch-with, `hetrl plan` prices its best plan as verl would launch it (the
+    export's closest plan, verl's per-step costs) and says how far that is."""
+    w, c = "examples/workload-llama8b-grpo-rule.yaml", "examples/cluster-fleet.yaml"
+    code, text, err = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "300", "-o",
+                          tmp_path / "p.json", "--json")
+    assert code == 0, err
+    rec = json.loads(text)["launchable"]
+    assert rec["framework"] == "verl" and rec["why_not"] is None
+    plan = load_plan(tmp_path / "p.json", load_workload(w), load_cluster(c))
+    closest = verl.closest_plan(verl.verl_layout(plan, load_workload(w), load_cluster(c)),
+                                load_workload(w), load_cluster(c))
+    est = CostModel(load_workload(w), load_cluster(c)).estimate(closest)
+    assert rec["iteration_s"] == pytest.approx(est.iteration_s) and rec["feasible"] == est.feasible
+    code, text, _ = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "300", "-o",
+                        tmp_path / "p.json")
+    assert "verl would launch it" in text and "--launch-with verl" in text

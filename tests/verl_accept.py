@@ -172,3 +172,43 @@ def _check_stages(megatron, layers: int) -> None:
     middle = pp - (first is not None) - (last is not None)
     assert rest > 0 if middle else rest == 0
     assert middle == 0 or rest % middle == 0, (layers, pp, first, last)
+
+
+def export_command(out: Path) -> list[str]:
+    """The command line written in an export's header, as the shell splits it."""
+    import shlex
+
+    lines = out.read_text().splitlines()
+    start = lines.index("# The command line:") + 1
+    cmd = []
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        cmd.append(line[2:])
+    return shlex.split(" ".join(c.removesuffix("\\") for c in cmd))
+
+
+def accepted_export(tmp_path: Path, out: Path, workload) -> dict:
+    """verl's checks (:func:`accept`) on the export in ``out``, from its command line; the
+    models' Hugging Face ids replaced by fake local models under ``tmp_path``."""
+    from hetrl.export import verl
+    from hetrl.export.verl_keys import PATH_KEYS
+    from hetrl.io import read_mapping
+
+    data = read_mapping(out)
+    argv = export_command(out)
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    rest = argv[3:]
+    name = "ppo_trainer"
+    if rest and rest[0].startswith("--config-name="):
+        name = rest.pop(0).split("=", 1)[1]
+    cfg = compose(name, rest)
+    local, layers = {}, {}
+    for role, key in PATH_KEYS.items():
+        if role in workload.models_by_role:
+            shape = workload.model(role)
+            path = verl.flatten(data)[key]
+            arch = "qwen3" if shape.name.startswith("Qwen3") else "llama"
+            local[path] = fake_model(tmp_path / "models" / role, shape, arch)
+            layers[role] = shape.layers
+    return accept(cfg, data[verl.CUSTOM_SECTION], local, layers)

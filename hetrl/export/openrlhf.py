@@ -375,6 +375,11 @@ def check_experts_and_fp8(plan: Plan, workload: WorkloadSpec) -> None:
             raise SpecError(f"placements[{p.task}].ep", p.ep,
                             "OpenRLHF 0.11.2 has no expert parallelism (train_ppo_ray has no "
                             "such flag): export a plan with ep 1, or --to verl")
+    check_fp8(workload)
+
+
+def check_fp8(workload: WorkloadSpec) -> None:
+    """Refuse FP8: OpenRLHF 0.11.2 has no flag for it (see :func:`check_experts_and_fp8`)."""
     if workload.gen_fp8 or workload.train_fp8:
         key = "precision" if workload.train_fp8 else "gen_precision"
         raise SpecError(key, "fp8", "OpenRLHF 0.11.2 has no FP8 rollout or training flag: "

@@ -58,12 +58,14 @@ from hetrl.export.verl_keys import (  # noqa: F401 (re-exported: verl.overrides,
     CUSTOM_SECTION,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     MEGATRON_MODELS,
+    check_batches,
     command_line,
     flatten,
     model_paths,
     nested,
     overrides,
     render,
+    stage_ends,
     token_budgets,
 )
 from hetrl.fingerprint import made_for
@@ -191,7 +193,9 @@ def verl_layout(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec) -> Ver
                 own = tuple(p.layers_per_stage) if p.pp == layouts[model][1] else None
                 stages[model] = megatron_stages(layers, layouts[model][1], own)
     expert = expert_parallel(plan, workload, out, notes)
-    return replace(out, notes=tuple(notes), stages=stages, expert=expert)
+    out = replace(out, notes=tuple(notes), stages=stages, expert=expert)
+    check_batches(out, workload)
+    return out
 
 
 #: The task whose placement gives each verl model's expert parallelism.
@@ -377,6 +381,13 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
             out.append(f"{model}: {sum(split)} layers over pp {len(split)} stages as {list(split)} "
                        "(override_transformer_config.num_layers_in_first_pipeline_stage / "
                        "_last_pipeline_stage)")
+    actor_ends = stage_ends(layout, "actor")
+    if actor_ends is not None and "ref" in layout.layouts and layout.strategy == "megatron" \
+            and stage_ends(layout, "ref") != actor_ends:
+        out.append("ref: its Megatron override_transformer_config is written apart from the "
+                   "actor's (verl's reference inherits the actor's, whose stage split is not "
+                   "its own): the actor's other overrides (attention backend, recomputation) do "
+                   "not reach it")
     budgets = token_budgets(workload)
     if budgets is not None and None in (workload.micro_batch_tokens,
                                         workload.inference_micro_batch_tokens):
@@ -445,8 +456,12 @@ def layout_from_overrides(data: Mapping[str, Any], workload: WorkloadSpec,
             pp = layouts[model][1]
             if pp > 1:
                 layers = workload.model(workload.task(task).role).layers
-                ends = [get(f"{prefix}.megatron.override_transformer_config.num_layers_in_"
-                            f"{end}_pipeline_stage") for end in ("first", "last")]
+                keys = [f"{prefix}.megatron.override_transformer_config.num_layers_in_"
+                        f"{end}_pipeline_stage" for end in ("first", "last")]
+                if model == "ref" and not any(k in flat for k in keys):
+                    # verl's reference inherits the actor's override_transformer_config
+                    keys = [k.replace(prefix, "actor_rollout_ref.actor", 1) for k in keys]
+                ends = [get(k) for k in keys]
                 stages[model] = megatron_stages(layers, pp) if None in ends else \
                     (ends[0],) + ((layers - sum(ends)) // (pp - 2),) * (pp - 2) + (ends[1],)
     expert = {}

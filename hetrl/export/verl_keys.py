@@ -82,6 +82,42 @@ def token_budgets(wl: WorkloadSpec) -> tuple[int, int] | None:
             wl.inference_micro_batch_tokens or wl.inference_micro_batch_size * _longest(wl))
 
 
+def stage_ends(layout, model: str) -> tuple[int, int] | None:
+    """The layers of ``model``'s first and last pipeline stages where its split is uneven
+    (Megatron's num_layers_in_first/last_pipeline_stage), else None."""
+    stages = layout.stages.get(model)
+    return (stages[0], stages[-1]) if stages and len(set(stages)) > 1 else None
+
+
+def check_batches(layout, workload: WorkloadSpec) -> None:
+    """Refuse (SpecError) a layout whose batch verl 0.9.1 cannot split: ``validate_config``
+    asserts that data.train_batch_size x rollout.n is divisible by the actor's data-parallel
+    size x ppo_micro_batch_size_per_gpu (Megatron; FSDP: by the pool's GPUs) unless batches
+    go by tokens; its workers split each mini-batch (ppo_mini_batch_size x rollout.n) evenly
+    over a trainer's data-parallel ranks (engine_workers.py asserts it)."""
+    wl = workload
+    n = len(layout.pool("global_pool").devices)
+    samples = wl.batch_prompts * wl.responses_per_prompt
+    mini = wl.batch_prompts // wl.optimizer_steps * wl.responses_per_prompt
+    for model in ("actor", "critic"):
+        if model not in layout.layouts:
+            continue
+        tp, pp = layout.layouts[model]
+        dp = n // (tp * pp)
+        if model == "actor" and token_budgets(wl) is None:
+            minimal = dp * wl.micro_batch_size if layout.strategy == "megatron" else n
+            if samples % minimal:
+                raise SpecError("verl global_pool", f"{n} GPUs",
+                                f"verl asserts data.train_batch_size x rollout.n ({samples}) "
+                                f"divisible by the actor's data-parallel size x "
+                                f"ppo_micro_batch_size_per_gpu ({minimal}; "
+                                "verl/utils/config.py validate_config)")
+        if mini % dp:
+            raise SpecError("verl global_pool", f"{n} GPUs",
+                            f"verl splits each mini-batch (ppo_mini_batch_size x rollout.n = "
+                            f"{mini}) evenly over the {model}'s {dp} data-parallel ranks")
+
+
 def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[str, Any]:
     """verl's config keys (dotted) and values for ``layout``, ``workload`` and the model
     ``paths`` (:func:`model_paths`)."""
@@ -148,10 +184,15 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
                 out[f"{prefix}.megatron.pipeline_model_parallel_size"] = pp
                 if not wl.sequence_parallel:  # (verl's default is on)
                     out[f"{prefix}.megatron.sequence_parallel"] = False
-                stages = layout.stages.get(model)
-                if stages and len(set(stages)) > 1:
-                    out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = stages[0]
-                    out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = stages[-1]
+                ends = stage_ends(layout, model)
+                if ends is not None:
+                    out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = ends[0]
+                    out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = ends[1]
+                elif model == "ref" and stage_ends(layout, "actor") is not None:
+                    # verl's reference inherits the actor's override_transformer_config
+                    # (ref/megatron_ref.yaml): its own even split, said explicitly
+                    out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = None
+                    out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = None
     out.update(_experts_and_fp8(layout, wl))
     if "critic" in layout.layouts:
         out.update(_critic(layout.strategy, wl, budgets, paths["critic"]))

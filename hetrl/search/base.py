@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -24,6 +25,8 @@ from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
 
 INFEASIBLE_PENALTY_S = 1e6
+#: Fitness of a plan the framework of ``--launch-with`` cannot run: after every plan it can.
+UNLAUNCHABLE_PENALTY_S = 10 * INFEASIBLE_PENALTY_S
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,14 @@ class Evaluator:
 
     def __init__(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget,
                  params: CostParams = DEFAULT_PARAMS, model: CostModel | None = None,
-                 objective: Objective = TIME):
+                 objective: Objective = TIME, launch: Callable[[Plan], Plan] | None = None):
         self.workload, self.cluster, self.budget = workload, cluster, budget
         self.objective = objective
+        #: maps a proposed plan to the plan a framework launches from it (SpecError: none);
+        #: with it every evaluation prices, and the best holds, launchable plans only
+        #: (``hetrl plan --launch-with``: hetrl.export.launchable)
+        self.launch = launch
+        self._launched: dict[Plan, Plan | None] = {}
         self.model = model or CostModel(workload, cluster, params)
         warm_up()  # the compiled kernels' one-time start, not the search's time
         self.start = time.perf_counter()
@@ -154,6 +162,14 @@ class Evaluator:
         """Estimate ``plan`` (one evaluation of the budget) and return its fitness."""
         if self.exhausted():
             raise BudgetExhausted
+        if self.launch is not None:
+            launched = self._launchable(plan)
+            if launched is None:  # (counted: the search spent a proposal on it)
+                self.evaluations += 1
+                if self._bar is not None:
+                    self._bar.update(1)
+                return UNLAUNCHABLE_PENALTY_S
+            plan = launched
         est = self.model.estimate(plan, check=False)
         self.evaluations += 1
         f = self.fitness(est, plan)
@@ -165,6 +181,20 @@ class Evaluator:
         if self._bar is not None:
             self._bar.update(1)
         return f
+
+    def _launchable(self, plan: Plan) -> Plan | None:
+        """``launch(plan)`` (memoised), None where the framework cannot run it."""
+        try:
+            return self._launched[plan]
+        except KeyError:
+            pass
+        try:
+            out = self.launch(plan)
+        except SpecError:
+            out = None
+        if len(self._launched) < 100_000:
+            self._launched[plan] = out
+        return out
 
     def adopt(self, best: tuple[float, Plan, Estimate]) -> None:
         """Make ``best`` (fitness, plan, estimate) the best, found elsewhere (another
@@ -255,25 +285,27 @@ class Scheduler(ABC):
                         else parse_options(self.Options, self.name, options))
 
     def search(self, workload: WorkloadSpec, cluster: ClusterSpec, budget: Budget, *,
-               compare_objectives: bool = False) -> SearchResult:
+               compare_objectives: bool = False,
+               launch: Callable[[Plan], Plan] | None = None) -> SearchResult:
         """Search with :attr:`objective`. With ``compare_objectives`` (``hetrl plan`` asks for
         it) and an evaluation budget alone, a scheduler that takes objectives also runs the
         plain time and cost searches of the same budget and seed (:meth:`companions`) and
         returns the best of the plans all of them returned, ranked by :attr:`objective` -- so
         that the objectives agree with themselves (docs/search.md, "Objectives that agree"), at
         up to three times the evaluations (reported). Off by default: comparisons of schedulers
-        (the figures) give every scheduler the same budget."""
+        (the figures) give every scheduler the same budget. ``launch``: price each proposed plan as
+        the plan a framework launches from it (:class:`Evaluator`)."""
         from hetrl.search.feasibility import check_fits
 
         check_fits(workload, cluster)
         self.objective.check(cluster)
-        ev, extra = self._search(self, workload, cluster, budget)
+        ev, extra = self._search(self, workload, cluster, budget, launch)
         compared: dict[str, Any] = {}
         for objective in self.companions(cluster, budget) if compare_objectives else ():
             other = copy.copy(self)
             other.objective = objective
             try:
-                oev, _ = self._search(other, workload, cluster, budget)
+                oev, _ = self._search(other, workload, cluster, budget, launch)
             except HetrlError:
                 continue  # (a companion that finds nothing adds nothing)
             if oev.best is None or not oev.best[2].feasible:
@@ -308,12 +340,13 @@ class Scheduler(ABC):
 
     @staticmethod
     def _search(scheduler: Scheduler, workload: WorkloadSpec, cluster: ClusterSpec,
-                budget: Budget) -> tuple[Evaluator, dict[str, Any]]:
+                budget: Budget, launch: Callable[[Plan], Plan] | None = None
+                ) -> tuple[Evaluator, dict[str, Any]]:
         """Run ``scheduler`` until ``budget`` is spent: its evaluator and what it reports."""
         from hetrl.search.collector import full_collections_held
 
         ev = Evaluator(workload, cluster, budget, scheduler.params,
-                       objective=scheduler.objective)
+                       objective=scheduler.objective, launch=launch)
         extra: dict[str, Any] = {}
         with full_collections_held():  # a search's memos make full collections costly
             try:

@@ -85,7 +85,7 @@ def job_cap(arms: list[Arm], budget: float, halve: bool) -> int:
 
 def level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float | None,
                model: CostModel | None = None, cap: int | None = None,
-               objective: Objective = TIME) -> dict[str, Any]:
+               objective: Objective = TIME, launch: Any = None) -> dict[str, Any]:
     """Run one task grouping's inner halving with its own evaluation budget (so the result does
     not depend on where or in which order jobs run) and report what it found. ``cap`` bounds
     its evaluations (the global budget's remainder allotted to this job)."""
@@ -99,7 +99,7 @@ def level1_job(arms: list[Arm], budget: float, halve: bool, seconds_left: float 
         arm.model = model
     local = Evaluator(model.workload, model.cluster,
                       Budget(seconds=seconds_left, evaluations=cap), model.params, model=model,
-                      objective=objective)
+                      objective=objective, launch=launch)
     survivors = arms
     try:
         survivors = halving_round(arms, budget, local, halve)
@@ -151,11 +151,11 @@ class RoundRunner:
                 if ev.exhausted() or self.past_deadline():
                     break
                 self._merge(l1, level1_job(l1.arms, budget, halve, self.seconds_left(),
-                                           ev.model, cap, ev.objective))
+                                           ev.model, cap, ev.objective, ev.launch))
             return
         left = self.seconds_left()  # (every pooled job starts now)
         futures = [self.pool.submit(level1_job, l1.arms, budget, halve, left, None, cap,
-                                    ev.objective)
+                                    ev.objective, ev.launch)
                    for (l1, budget), cap in zip(jobs, caps, strict=True)]
         for (l1, _), fut in zip(jobs, futures, strict=True):
             self._merge(l1, fut.result())

@@ -134,3 +134,19 @@ def test_every_scheduler_keeps_recomputed_logprobs_with_the_trainer(name, small_
     validate(result.plan, wl, small_cluster)
     assert result.plan.group_of("actor_inference") == result.plan.group_of("actor_training")
     assert result.estimate.feasible and result.estimate.tasks["actor_inference"] > 0.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_scheduler_keeps_to_what_a_framework_launches(name, small_workload,
+                                                            small_cluster):
+    """``launch`` (``hetrl plan --launch-with verl``): every scheduler, baselines included,
+    returns a plan verl runs as it is (its export's closest plan is the plan itself)."""
+    from hetrl.export.launchable import launchable_plan, projection
+
+    wl, cl = small_workload.with_(framework="verl"), small_cluster
+    result = get_scheduler(name).search(wl, cl, Budget(evaluations=BUDGET_EVALS, seed=3),
+                                        launch=projection("verl", wl, cl))
+    again = launchable_plan("verl", result.plan, wl, cl)
+    assert (again.groups, again.placements) == (result.plan.groups, result.plan.placements)
+    assert result.estimate.iteration_s == pytest.approx(
+        CostModel(wl, cl).estimate(result.plan).iteration_s, rel=1e-9)
