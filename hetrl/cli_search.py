@@ -149,8 +149,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     detail = tasks_detail(est, result.plan, workload, cluster)
     text += "\n  where each task runs, and its rates:\n" + "\n".join(
         f"    {line}" for line in detail_lines(detail))
-    if result.convergence is not None:
-        text += "\n" + result.convergence.line()
     if args.launch_with:
         text += (f"\n  launchable with {args.launch_with} as it is (priced with its per-step "
                  f"costs): `hetrl export --to {args.launch_with}` runs this plan")
@@ -162,6 +160,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      + ("; the plan is its" if "own placement" in found else ""))
     else:
         text += "\n" + launchable_line(launchable)
+    if result.convergence is not None:  # (the last line: whether the search converged)
+        text += "\n" + result.convergence.line()
     emit(args, {**result.to_dict(), **m.to_dict(), **objective.to_dict(), "out": args.out,
                 "tasks_detail": detail, "launch_with": args.launch_with,
                 **({"launchable": launchable} if launchable is not None else {})}, text)
