@@ -66,3 +66,15 @@ def test_an_unknown_framework_is_refused():
     with pytest.raises(SpecError) as err:
         projection("trl", workload, cluster)
     assert err.value.field == "--launch-with"
+
+
+def test_a_search_that_finds_nothing_launchable_says_so():
+    from hetrl.errors import InfeasibleError
+
+    workload, cluster = load_workload("qwen3-8b-ppo-sync"), load_cluster("a100x8")
+
+    def never(plan):
+        raise SpecError("plan", "x", "not launchable")
+
+    with pytest.raises(InfeasibleError, match="launches none of the"):
+        get_scheduler("random").search(workload, cluster, Budget(evaluations=20), launch=never)

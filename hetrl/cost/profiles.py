@@ -12,7 +12,8 @@ step rows (experiments/fit_public.py); a profile says how much of them another f
 - a run without an RL controller (a bare Megatron-LM training step, a standalone engine or
   trainer: ``none``) pays none of them.
 
-``CostParams.framework_scale`` overrides a profile's scale (``hetrl calibrate``, fit_public).
+``CostParams.framework_scale`` overrides a profile's scale (a params file; fit_public's
+``profiles`` phase).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (
         "DeepSpeed-Chat's step 3 (one script per rank: the hybrid engine generates, then the "
         "actor and critic train, every rank its own loop); no fit rows of its own: its rows "
         "(S1-S3, S4) are holdout, so it pays verl's magnitudes (a scale fitted on S1-S3 was "
-        "measured and not adopted: docs/validation.md)"),
+        "measured and not adopted: docs/cost-model.md, \"Framework profiles\")"),
     FrameworkProfile(
         "nemo-aligner", True, 1.0, (),
         "NeMo-Aligner's PPO: a Megatron actor job with TensorRT-LLM generation and a critic "
@@ -89,11 +90,6 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (
 )}
 
 assert tuple(FRAMEWORK_PROFILES) == FRAMEWORKS, "one profile per framework name"
-
-
-def profile(name: str) -> FrameworkProfile:
-    """The profile of framework ``name`` (a name of :data:`hetrl.spec.workload.FRAMEWORKS`)."""
-    return FRAMEWORK_PROFILES[name]
 
 
 def framework_scale(params: CostParams, name: str) -> float:

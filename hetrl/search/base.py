@@ -223,6 +223,11 @@ class Evaluator:
     def result(self, name: str, extra: dict[str, Any] | None = None) -> SearchResult:
         if self._bar is not None:
             self._bar.close()
+        if self.best is None and self.launch is not None and self.evaluations:
+            raise InfeasibleError(
+                f"{name}: the framework launches none of the {self.evaluations} plans the "
+                "search proposed (its export refuses each: e.g. its pools need the same GPUs "
+                "on every node, or the batch does not split over its data-parallel ranks)")
         if self.best is None:
             raise HetrlError(f"{name}: the budget allowed no evaluation")
         f, plan, est = self.best
