@@ -34,7 +34,7 @@ PLACEMENT_EXTRAS = {"backend": "ZeRO-3/FSDP sharding of the trained states",
                     "ep": "expert parallelism of a mixture-of-experts model"}
 COMPARE_KEYS = {"label", "quantity", "value", "unit", "gpus", "epoch_samples", "megatron"}
 ROW_KEYS = {"id", "kind", "split", "source", "source_key", "skip", "workload", "cluster",
-            "padding", "layout", "exclude_tasks", "compare", "gaps", "lengths"}
+            "padding", "layout", "exclude_tasks", "compare", "gaps", "lengths", "pair_of"}
 
 
 class RowError(Exception):
@@ -62,6 +62,9 @@ class Row:
     gaps: str = ""
     #: "published" (the source gives mean lengths) or "unknown" (only caps: reported apart)
     lengths: str = "published"
+    #: the row measuring the same job on another GPU type (issue 58, item 3): the two rows'
+    #: ratio of estimates is held against their ratio of measurements
+    pair_of: str | None = None
 
 
 
@@ -100,7 +103,8 @@ def load_row(path: Path) -> Row:
                layout=data.get("layout") or {},
                exclude_tasks=tuple(data.get("exclude_tasks") or ()),
                compare=tuple(data.get("compare") or ()), gaps=str(data.get("gaps") or ""),
-               lengths=data.get("lengths", "published"))
+               lengths=data.get("lengths", "published"),
+               pair_of=str(data["pair_of"]) if data.get("pair_of") else None)
 
 
 def _order(row_id: str) -> tuple[int, int, str]:

@@ -170,13 +170,14 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
-           "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band", "framework"]
+           "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band", "framework",
+           "pair_of"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
     out = {c: None for c in COLUMNS}
     out.update(id=row.id, kind=row.kind, split=row.split, source_key=row.source_key,
-               lengths=row.lengths, framework=row_framework(row))
+               lengths=row.lengths, framework=row_framework(row), pair_of=row.pair_of)
     out.update(values)
     return out
 
@@ -327,6 +328,7 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["skipped"][split] = int(((primary["split"] == split)
                                      & (primary["status"] == "skipped")).sum())
     out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
+    out["gpu_pairs"] = gpu_pairs(df)
     # the step rows per framework profile (hetrl.cost.profiles) and split
     out["framework"] = {
         name: {split: {"rows": int(len(p := sub[sub["split"] == split])),
@@ -339,6 +341,31 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         part = steps[steps["colocated"].astype(bool) == flag]
         out["median_ratio_step_holdout"][cls] = float(part["ratio"].median()) if len(part) else None
         out["step_holdout_rows"][cls] = int(len(part))
+    return out
+
+
+#: The band within which a pair's estimated ratio must hold the measured one (issue 58).
+PAIR_BAND = 0.20
+
+
+def gpu_pairs(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each pair of rows measuring one job on two GPU types (a row's ``pair_of``): the measured
+    and the estimated ratio of the row's speed to its pair's (per-GPU throughput or 1 / step
+    seconds: the rows' units agree), and estimated / measured, within +-:data:`PAIR_BAND`."""
+    primary = df[df["primary"].astype(bool) & (df["status"] == "estimated")].set_index("id")
+    out = []
+    for row_id, pair in (df[["id", "pair_of"]].dropna().drop_duplicates().itertuples(index=False)
+                         if "pair_of" in df else ()):
+        if row_id not in primary.index or pair not in primary.index:
+            continue
+        a, b = primary.loc[row_id], primary.loc[pair]
+        measured = b["measured_s"] / a["measured_s"]  # speed of a over b
+        estimated = b["estimate_s"] / a["estimate_s"]
+        error = estimated / measured
+        out.append({"id": row_id, "pair_of": pair, "gpus": [a["gpu"], b["gpu"]],
+                    "measured_ratio": float(measured), "estimated_ratio": float(estimated),
+                    "error": float(error),
+                    "within": bool(1 / (1 + PAIR_BAND) <= error <= 1 + PAIR_BAND)})
     return out
 
 
@@ -445,6 +472,13 @@ def table(df: pd.DataFrame) -> str:
                      f"{cov['disaggregated']['inside']} of {cov['disaggregated']['rows']}; "
                      + ", ".join(f"{k} {v['inside']} of {v['rows']}"
                                  for k, v in cov["framework"].items()) + ")")
+    if s["gpu_pairs"]:
+        lines.append(f"one job on two GPU types, estimated ratio / measured (+-{PAIR_BAND:.0%}): "
+                     + ", ".join(f"{p['id']}/{p['pair_of']} ({p['gpus'][0]} / {p['gpus'][1]}: "
+                                 f"measured {p['measured_ratio']:.2f}, estimated "
+                                 f"{p['estimated_ratio']:.2f}) {p['error']:.3f} "
+                                 f"{'hit' if p['within'] else 'miss'}"
+                                 for p in s["gpu_pairs"]))
     mem = s["peak_memory"]
     if mem["comparisons"]:
         lines.append(f"peak memory (not pooled): {mem['within_band']} of {mem['comparisons']} "

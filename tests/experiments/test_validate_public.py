@@ -20,7 +20,7 @@ from hetrl.cost.params import DEFAULT_PARAMS
 #: training T5-T8; verl's 235B weight sync W5; Megatron-LM's memory test T9: sources in the
 #: files).
 IDS = ([f"S{i}" for i in range(1, 26)] + [f"G{i}" for i in range(1, 7)] + ["F1"]
-       + [f"T{i}" for i in range(1, 10)] + [f"W{i}" for i in range(1, 6)])
+       + [f"T{i}" for i in range(1, 12)] + [f"W{i}" for i in range(1, 6)])
 #: Cheap rows that every hetrl version can estimate (no FSDP backend needed).
 QUICK = ("G1", "G2", "F1", "T1", "W1", "W4", "S1")
 
@@ -306,3 +306,18 @@ def test_a_profile_with_fit_rows_gets_its_scale_fitted_on_them(monkeypatch):
     assert dict(fitted.framework_scale)["deepspeed-chat"] == pytest.approx(r["scale"])
     s1 = next(row for row in vp.load_rows() if row.id == "S1")
     assert vp.validate(fitted, [s1])["ratio"].iloc[0] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_pair_of_one_job_on_two_gpu_types_holds_the_ratio_of_estimates_to_the_measured(rows):
+    """Issue 58, item 3: T10 (8 B200) is T7's job on another GPU type (``pair_of``); the
+    pair's measured speed ratio is the rows' per-GPU throughputs' and its error the estimated
+    ratio over the measured."""
+    pair = [r for r in rows if r.id in ("T7", "T10")]
+    df = vp.validate(DEFAULT_PARAMS, pair)
+    (p,) = vp.summary(df)["gpu_pairs"]
+    assert (p["id"], p["pair_of"], p["gpus"]) == ("T10", "T7", ["B200", "H100"])
+    assert p["measured_ratio"] == pytest.approx(27136 / 8960, rel=1e-3)
+    ratio = df.set_index("id")["ratio"]
+    assert p["error"] == pytest.approx(ratio["T7"] / ratio["T10"], rel=1e-9)
+    assert p["within"] == (1 / 1.2 <= p["error"] <= 1.2)
+    assert "one job on two GPU types" in vp.table(df)
