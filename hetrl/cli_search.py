@@ -122,7 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     launch = None
     searched = workload
     if args.launch_with:
-        from hetrl.export.launchable import check_workload, projection
+        from hetrl.export.launchable import check_workload, projection, with_own_placement
 
         check_workload(args.launch_with, workload)
         # priced with the per-step costs of the framework that will run the plan
@@ -130,14 +130,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         launch = projection(args.launch_with, searched, cluster)
     result = scheduler.search(searched, cluster, budget, compare_objectives=True, launch=launch)
     if launch is not None and objective.is_plain_time:
-        result = with_frameworks_own_plans(result, args.launch_with, searched, cluster, params,
-                                           budget, launch)
+        result = with_own_placement(result, args.launch_with, searched, cluster, params,
+                                    budget, launch)
     save_plan(stamped(result.plan, args, workload, cluster), args.out, "--out")
     est = result.estimate
     m = money(CostModel(searched, cluster, params), result.plan, est.iteration_s,
               args.charge_used_only)
-    launchable = (launchable_record(result.plan, workload, cluster, params, est)
-                  if not args.launch_with else None)
+    launchable = None
+    if not args.launch_with:
+        from hetrl.export.launchable import as_verl_runs_it
+
+        launchable = as_verl_runs_it(result.plan, workload, cluster, params, est)
     text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
             f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "
             f"evaluations{_compared(result.extra)} in {result.elapsed_s:.1f} s; plan written to "
@@ -168,59 +171,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Per framework of --launch-with the schedulers of its own published placement: their plans
-#: are launchable by design, so the search's plan must be at least as good as theirs.
-OWN_SCHEDULERS = {"verl": ("verl", "verl-async"), "openrlhf": ()}
-
-
-def with_frameworks_own_plans(result, framework, workload, cluster, params, budget, launch):
-    """``result``, or the framework's own placement (:data:`OWN_SCHEDULERS`, searched with the
-    same budget and the same launch map) where that is faster: a search that keeps to a
-    framework never returns worse than the framework's own plan. Reported under
-    ``own_plans_compared`` (and ``found_by``)."""
-    from dataclasses import replace
-
-    from hetrl.errors import HetrlError
-    from hetrl.search import get_scheduler
-
-    compared = {}
-    best = result
-    for name in OWN_SCHEDULERS[framework]:
-        try:
-            own = get_scheduler(name, params).search(workload, cluster, budget, launch=launch)
-        except HetrlError:
-            continue  # (a placement the framework's design cannot make here adds nothing)
-        compared[name] = {"iteration_s": own.estimate.iteration_s,
-                          "evaluations": own.evaluations}
-        if own.estimate.iteration_s < best.estimate.iteration_s:
-            best = own
-    extra = dict(result.extra, own_plans_compared=compared)
-    if best is not result:
-        extra["found_by"] = f"{best.scheduler} ({framework}'s own placement)"
-    return replace(result, plan=best.plan, estimate=best.estimate, extra=extra)
-
-
-def launchable_record(plan, workload, cluster, params, est) -> dict:
-    """How verl would run ``plan`` (its export's closest plan, priced with verl's per-step
-    costs): the ``launchable`` entry of ``hetrl plan --json`` without --launch-with."""
-    from hetrl.cost.model import CostModel
-    from hetrl.errors import SpecError
-    from hetrl.export.launchable import check_workload, launchable_plan
-
-    try:
-        check_workload("verl", workload)
-        closest = launchable_plan("verl", plan, workload, cluster)
-    except SpecError as exc:
-        return {"framework": "verl", "iteration_s": None, "feasible": None, "gap": None,
-                "why_not": str(exc)}
-    theirs = CostModel(workload.with_(framework="verl"), cluster, params).estimate(closest)
-    gap = theirs.iteration_s / est.iteration_s if theirs.feasible else None
-    return {"framework": "verl", "iteration_s": theirs.iteration_s,
-            "feasible": theirs.feasible, "gap": gap, "why_not": None}
-
-
 def launchable_line(rec: dict) -> str:
-    """The line ``hetrl plan`` prints for :func:`launchable_record`."""
+    """The line ``hetrl plan`` prints for ``hetrl.export.launchable.as_verl_runs_it``."""
     hint = "; `--launch-with verl` searches the plans verl can launch"
     if rec["why_not"] is not None:
         return f"  verl cannot launch this plan ({rec['why_not']}){hint}"

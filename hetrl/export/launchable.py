@@ -5,7 +5,9 @@ closest plan (its pools or placement groups, one layout per model, its co-locati
 rules, its per-node uniformity) -- or refuses it (SpecError) where the framework cannot come
 close. A search that prices every plan it proposes through this map searches exactly the plans
 the framework can express; its best plan exports with a closest-plan ratio of 1.00, because the
-map is idempotent on its own results (tests/test_launchable.py).
+map is idempotent on its own results (tests/test_launchable.py). :func:`with_own_placement`
+keeps the framework's own placement where it is faster; :func:`as_verl_runs_it` prices a plan
+as verl would run it (``hetrl plan`` without ``--launch-with``).
 """
 
 from __future__ import annotations
@@ -64,3 +66,52 @@ def projection(framework: str, workload: WorkloadSpec,
 
 def _project(framework: str, workload: WorkloadSpec, cluster: ClusterSpec, plan: Plan) -> Plan:
     return launchable_plan(framework, plan, workload, cluster)
+
+
+#: Per framework of ``--launch-with`` the schedulers of its own published placement: their plans
+#: are launchable by design, so the search's plan must be at least as good as theirs.
+OWN_SCHEDULERS = {"verl": ("verl", "verl-async"), "openrlhf": ()}
+
+
+def with_own_placement(result, framework, workload, cluster, params, budget, launch):
+    """``result``, or the framework's own placement (:data:`OWN_SCHEDULERS`, searched with the
+    same budget and the same launch map) where that is faster: a search that keeps to a
+    framework never returns worse than the framework's own plan. Reported under
+    ``own_plans_compared`` (and ``found_by``)."""
+    from dataclasses import replace
+
+    from hetrl.errors import HetrlError
+    from hetrl.search import get_scheduler
+
+    compared = {}
+    best = result
+    for name in OWN_SCHEDULERS[framework]:
+        try:
+            own = get_scheduler(name, params).search(workload, cluster, budget, launch=launch)
+        except HetrlError:
+            continue  # (a placement the framework's design cannot make here adds nothing)
+        compared[name] = {"iteration_s": own.estimate.iteration_s,
+                          "evaluations": own.evaluations}
+        if own.estimate.iteration_s < best.estimate.iteration_s:
+            best = own
+    extra = dict(result.extra, own_plans_compared=compared)
+    if best is not result:
+        extra["found_by"] = f"{best.scheduler} ({framework}'s own placement)"
+    return replace(result, plan=best.plan, estimate=best.estimate, extra=extra)
+
+
+def as_verl_runs_it(plan, workload, cluster, params, est) -> dict:
+    """How verl would run ``plan`` (its export's closest plan, priced with verl's per-step
+    costs): the ``launchable`` entry of ``hetrl plan --json`` without --launch-with."""
+    from hetrl.cost.model import CostModel
+
+    try:
+        check_workload("verl", workload)
+        closest = launchable_plan("verl", plan, workload, cluster)
+    except SpecError as exc:
+        return {"framework": "verl", "iteration_s": None, "feasible": None, "gap": None,
+                "why_not": str(exc)}
+    theirs = CostModel(workload.with_(framework="verl"), cluster, params).estimate(closest)
+    gap = theirs.iteration_s / est.iteration_s if theirs.feasible else None
+    return {"framework": "verl", "iteration_s": theirs.iteration_s,
+            "feasible": theirs.feasible, "gap": gap, "why_not": None}
