@@ -138,9 +138,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
               args.charge_used_only)
     launchable = None
     if not args.launch_with:
-        from hetrl.export.launchable import as_verl_runs_it
+        from hetrl.export.launchable import best_verl_launch
 
-        launchable = as_verl_runs_it(result.plan, workload, cluster, params, est)
+        launchable = best_verl_launch(result.plan, workload, cluster, params, est, args.seed)
     text = (f"{result.scheduler}: {est.iteration_s:.2f} s per iteration "
             f"({est.throughput_samples_per_s:.2f} samples/s) after {result.evaluations} "
             f"evaluations{_compared(result.extra)} in {result.elapsed_s:.1f} s; plan written to "
@@ -172,14 +172,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def launchable_line(rec: dict) -> str:
-    """The line ``hetrl plan`` prints for ``hetrl.export.launchable.as_verl_runs_it``."""
-    hint = "; `--launch-with verl` searches the plans verl can launch"
+    """The line ``hetrl plan`` prints for ``hetrl.export.launchable.best_verl_launch``."""
     if rec["why_not"] is not None:
-        return f"  verl cannot launch this plan ({rec['why_not']}){hint}"
-    if not rec["feasible"]:
-        return f"  verl would launch it as a plan that does not fit in memory{hint}"
-    return (f"  verl would launch it at {rec['iteration_s']:.2f} s per iteration "
-            f"({rec['gap']:.2f}x, its per-step costs){hint}")
+        this = f"verl cannot launch this plan ({rec['why_not']})"
+    elif not rec["feasible"]:
+        this = "verl would launch it as a plan that does not fit in memory"
+    else:
+        this = (f"verl would launch it at {rec['iteration_s']:.2f} s per iteration "
+                f"({rec['gap']:.2f}x, its per-step costs)")
+    best = rec.get("best_launchable_s")
+    if best is not None and rec.get("best_launchable_from") != "this plan":
+        this += (f"; the best verl-launchable plan known here, {rec['best_launchable_from']}: "
+                 f"{best:.2f} s ({rec['best_launchable_gap']:.2f}x)")
+    return f"  {this}; `--launch-with verl` searches the plans verl can launch"
 
 
 @command("schedulers", "list the schedulers", _json_flag)

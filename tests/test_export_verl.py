@@ -537,6 +537,11 @@ def test_plan_says_how_verl_would_launch_its_best_plan(capsys, tmp_path):
                                 load_workload(w), load_cluster(c))
     est = CostModel(load_workload(w), load_cluster(c)).estimate(closest)
     assert rec["iteration_s"] == pytest.approx(est.iteration_s) and rec["feasible"] == est.feasible
+    # beside it, the best plan verl can launch that hetrl knows here: the faster of this plan as
+    # verl runs it and verl's own placements, launched
+    assert rec["best_launchable_s"] <= rec["iteration_s"]
+    assert rec["best_launchable_from"] in ("this plan", "verl's placement",
+                                           "verl-async's placement")
     code, text, _ = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "300", "-o",
                         tmp_path / "p.json")
     assert "verl would launch it" in text and "--launch-with verl" in text

@@ -7,7 +7,8 @@ close. A search that prices every plan it proposes through this map searches exa
 the framework can express; its best plan exports with a closest-plan ratio of 1.00, because the
 map is idempotent on its own results (tests/test_launchable.py). :func:`with_own_placement`
 keeps the framework's own placement where it is faster; :func:`as_verl_runs_it` prices a plan
-as verl would run it (``hetrl plan`` without ``--launch-with``).
+as verl would run it and :func:`best_verl_launch` adds verl's own placements (``hetrl plan``
+without ``--launch-with``).
 """
 
 from __future__ import annotations
@@ -115,3 +116,39 @@ def as_verl_runs_it(plan, workload, cluster, params, est) -> dict:
     gap = theirs.iteration_s / est.iteration_s if theirs.feasible else None
     return {"framework": "verl", "iteration_s": theirs.iteration_s,
             "feasible": theirs.feasible, "gap": gap, "why_not": None}
+
+
+#: Evaluations given to each of verl's own schedulers when ``hetrl plan`` (without
+#: ``--launch-with``) looks for the best plan verl can launch beside its own.
+OWN_PLACEMENT_EVALS = 1000
+
+
+def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dict:
+    """:func:`as_verl_runs_it` of ``plan``, and the best verl-launchable plan known here: the
+    faster of ``plan`` as verl runs it and verl's own placements (:data:`OWN_SCHEDULERS`,
+    launched, :data:`OWN_PLACEMENT_EVALS` evaluations each) -- ``best_launchable_s``, its
+    ``best_launchable_gap`` to ``est`` and ``best_launchable_from``."""
+    from hetrl.errors import HetrlError
+    from hetrl.search import Budget, get_scheduler
+
+    out = as_verl_runs_it(plan, workload, cluster, params, est)
+    best = (out["iteration_s"], "this plan") if out["feasible"] else (None, None)
+    verl_workload = workload.with_(framework="verl")
+    try:
+        check_workload("verl", workload)
+    except SpecError:
+        return {**out, "best_launchable_s": None, "best_launchable_gap": None,
+                "best_launchable_from": None}
+    launch = projection("verl", verl_workload, cluster)
+    for name in OWN_SCHEDULERS["verl"]:
+        try:
+            own = get_scheduler(name, params).search(
+                verl_workload, cluster, Budget(evaluations=OWN_PLACEMENT_EVALS, seed=seed),
+                launch=launch)
+        except HetrlError:
+            continue
+        if best[0] is None or own.estimate.iteration_s < best[0]:
+            best = (own.estimate.iteration_s, f"{name}'s placement")
+    return {**out, "best_launchable_s": best[0],
+            "best_launchable_gap": None if best[0] is None else best[0] / est.iteration_s,
+            "best_launchable_from": best[1]}
