@@ -191,6 +191,17 @@ def store(job: Job, rows: list[dict[str, Any]], ran_on: dict[str, Any] | None = 
     write_text_atomic(job.path, json.dumps(data, default=float))
 
 
+def remove_stale_temps(folder: Path) -> int:
+    """Delete the temporary files an atomic write leaves when its process is killed between
+    writing and renaming (``.<name>.<random>.tmp``, hetrl.io.write_text_atomic; never read as a
+    cached cell); the number removed. Called by a run before it computes any cell."""
+    removed = 0
+    for tmp in folder.rglob(".*.tmp") if folder.is_dir() else ():
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def cache_problem(job: Job) -> str | None:
     """Why ``job``'s cached file cannot be used (None: it can): missing, unreadable, not JSON
     (truncated or empty), not this cell's (another figure, key or cell), or rows that are not

@@ -34,6 +34,7 @@ from experiments.framework import (  # noqa: E402
     code_version,
     load_figures,
     make_runner,
+    remove_stale_temps,
     store,
     tables,
 )
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return replot(registry, [registry[n] for n in names], config)
     version = code_version()
     check_output_dir(RESULTS / "cache", "cache folder")
+    remove_stale_temps(RESULTS / "cache")  # (a killed run's half-written files, never read)
     figures = [registry[n] for n in names]
     jobs = {f.name: [Job(f.name, c, cell_key(f.name, c, version)) for c in f.cells(config)]
             for f in figures}
