@@ -52,7 +52,9 @@ def lower_bound(workload: WorkloadSpec, cluster: ClusterSpec,
     actor = _full_shape(workload, "actor", generation=True)
     longest = workload.response_length.expected_max(n)
     kv_reads = n * (L.prompt_mean * L.response_mean + L.mean_age * L.response_mean)
-    hbm_bytes = longest * _token_weight_bytes(actor) + kv_reads * actor.kv_bytes_per_token
+    # (a mixture of experts reads, per step, at least the experts one token uses)
+    hbm_bytes = longest * float(actor.decode_weight_bytes(1)) \
+        + kv_reads * actor.kv_bytes_per_token
     topo = cluster.topology
     fp8 = workload.gen_fp8 or workload.train_fp8  # (every FLOP at the fastest peak it may use)
     peak = sum(max(d.gpu.fp8_flops, float(topo.flops[d.id])) if fp8 else float(topo.flops[d.id])
@@ -154,8 +156,9 @@ def model_bound(workload: WorkloadSpec, cluster: ClusterSpec,
     kv_reads = workload.samples * (L.prompt_mean * L.response_mean + L.mean_age * L.response_mean)
     # every replica decodes at least E[R] steps (one sequence's), reading at least the weights
     # one token uses each step (a mixture of experts: all but the routed experts, and top_k)
-    gen_hbm = (L.response_mean * _token_weight_bytes(actor) + kv_reads * actor.kv_bytes_per_token
-               ) / (float(topo.hbm_Bps.sum()) * best("decode_hbm"))
+    gen_hbm = (L.response_mean * float(actor.decode_weight_bytes(1))
+               + kv_reads * actor.kv_bytes_per_token) / (float(topo.hbm_Bps.sum())
+                                                         * best("decode_hbm"))
     generation = max(stage_s(stages[0]), gen_hbm, tail["generation_tail_s"])
     inference, training = stage_s(stages[1]), stage_s(stages[2])
     work_s = sum(seconds.values())
@@ -196,7 +199,6 @@ def generation_tail(workload: WorkloadSpec, cluster: ClusterSpec,
     n_dev = cluster.num_devices
     lat_any, lat_cross = _min_latencies(cluster)
     per_node = max(node.count for node in cluster.nodes)
-    full = _full_shape(workload, "actor", generation=True)
     best: dict[str, float] | None = None
     for tp in range(1, min(model.heads, n_dev) + 1):
         if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
@@ -209,8 +211,8 @@ def generation_tail(workload: WorkloadSpec, cluster: ClusterSpec,
             if tp > per_node:
                 latency = max(latency, 2 * lat_cross)
             tp_lat = 2 * model.layers * latency
-        step = params.decode_step_overhead_s + _step_weight_bytes(full, n_dev // tp) / tp / hbm \
-            + tp_lat
+        step = params.decode_step_overhead_s \
+            + _step_weight_bytes(workload, n_dev // tp) / tp / hbm + tp_lat
         if best is None or steps * step < best["generation_tail_s"]:
             best = {"generation_tail_s": steps * step, "generation_tail_tp": float(tp),
                     "decode_steps": steps, "decode_step_s": step}
@@ -218,28 +220,16 @@ def generation_tail(workload: WorkloadSpec, cluster: ClusterSpec,
     return best
 
 
-def _token_weight_bytes(full: StageShape) -> float:
-    """The fewest weight bytes a decode step of a whole replica reads (``full``: the model at
-    tp = ep = 1): one token's -- all but the routed experts, and top_k of them."""
-    moe = full.model.moe
-    if moe is None or not full.expert_weight_bytes:
-        return full.weight_bytes
-    return full.weight_bytes - full.expert_weight_bytes * (1.0 - moe.top_k / moe.experts)
-
-
-def _step_weight_bytes(full: StageShape, replicas: int) -> float:
-    """The fewest weight bytes one tp group reads per decode step (x tp: one rank's x tp) over
-    the expert parallelism its ``replicas`` allow: all but the routed experts, and the expected
-    share of its 1/ep of the experts that ep one-token steps use (the cost model's decode read,
-    StageShape.decode_weight_bytes at one sequence; fewer with more ep, so the largest ep
-    that divides the experts and fits the replicas)."""
-    moe = full.model.moe
-    if moe is None or not full.expert_weight_bytes:
-        return full.weight_bytes
-    p = moe.top_k / moe.experts
-    eps = [e for e in range(1, min(moe.experts, max(replicas, 1)) + 1) if moe.experts % e == 0]
-    experts = min(full.expert_weight_bytes / e * (1.0 - (1.0 - p) ** e) for e in eps)
-    return full.weight_bytes - full.expert_weight_bytes + experts
+def _step_weight_bytes(workload: WorkloadSpec, replicas: int) -> float:
+    """The fewest weight bytes one tp group reads per decode step (x tp: one rank's x tp): the
+    cost model's decode read of one sequence (StageShape.decode_weight_bytes, which a mixture
+    of experts lowers to all but the routed experts and those its tokens use), at the expert
+    parallelism, dividing the experts and at most ``replicas``, that reads fewest."""
+    moe = workload.model("actor").moe
+    eps = [1] if moe is None else [e for e in range(1, min(moe.experts, max(replicas, 1)) + 1)
+                                   if moe.experts % e == 0]
+    return min(float(_full_shape(workload, "actor", generation=True, ep=e).decode_weight_bytes(1))
+               for e in eps)
 
 
 def decode_steps_lower_bound(L: LengthStats, seqs: float, max_concurrency: int) -> float:
@@ -283,11 +273,12 @@ def _ceil_log2(n: int) -> int:
     return max(1, math.ceil(math.log2(n)))
 
 
-def _full_shape(workload: WorkloadSpec, role: str, generation: bool = False) -> StageShape:
-    """``role``'s whole model on one rank; ``generation``: as the rollout holds it (FP8
-    weights and KV cache with ``gen_precision: fp8``)."""
+def _full_shape(workload: WorkloadSpec, role: str, generation: bool = False,
+                ep: int = 1) -> StageShape:
+    """``role``'s whole model on one rank (its experts over ``ep`` ranks); ``generation``: as
+    the rollout holds it (FP8 weights and KV cache with ``gen_precision: fp8``)."""
     model = workload.model(role)
     (shape,) = stage_shapes(model, (model.layers,), 1, role in LM_HEAD_ROLES,
-                            workload.bytes_per_value,
+                            workload.bytes_per_value, ep=ep,
                             fp8_weights=generation and workload.gen_fp8)
     return shape
