@@ -150,7 +150,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     from hetrl import __version__
     from hetrl.cli_cost import load_params
     from hetrl.cost.model import CostModel
-    from hetrl.errors import SpecError
     from hetrl.export import safe, verl, verl_launcher
     from hetrl.io import load_cluster, load_workload, save_plan, write_text_atomic
 
@@ -166,10 +165,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     safe.check_inputs(workload, cluster, args.plan)
     paths = verl.model_paths(workload, dict(args.model_path))
     params = load_params(args.params, cluster)
-    if workload.batch_prompts % workload.optimizer_steps:
-        raise SpecError("optimizer_steps", workload.optimizer_steps,
-                        f"must divide batch_prompts ({workload.batch_prompts}): verl's "
-                        "ppo_mini_batch_size is a whole number of prompts")
+    verl.check_workload(workload)
     layout = verl.verl_layout(plan, workload, cluster)
     closest = verl.closest_plan(layout, workload, cluster)
     # both priced with the per-step costs of the framework that will run them

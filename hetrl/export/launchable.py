@@ -28,10 +28,10 @@ LAUNCHERS = ("verl", "openrlhf")
 def check_workload(framework: str, workload: WorkloadSpec) -> None:
     """Refuse (SpecError) a workload the framework cannot run whatever the plan: checked once,
     before a search."""
-    if framework == "verl" and workload.batch_prompts % workload.optimizer_steps:
-        raise SpecError("optimizer_steps", workload.optimizer_steps,
-                        f"must divide batch_prompts ({workload.batch_prompts}): verl's "
-                        "ppo_mini_batch_size is a whole number of prompts")
+    if framework == "verl":
+        from hetrl.export.verl import check_workload as check_verl
+
+        check_verl(workload)
     if framework == "openrlhf":
         from hetrl.export.openrlhf import check_fp8
 

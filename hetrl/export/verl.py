@@ -59,13 +59,14 @@ from hetrl.export.verl_keys import (  # noqa: F401 (re-exported: verl.overrides,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     MEGATRON_MODELS,
     check_batches,
+    check_workload,
     command_line,
     flatten,
     model_paths,
     nested,
     overrides,
+    ref_stage_override,
     render,
-    stage_ends,
     token_budgets,
 )
 from hetrl.fingerprint import made_for
@@ -381,12 +382,10 @@ def differences(plan: Plan, layout: VerlLayout, closest: Plan, workload: Workloa
             out.append(f"{model}: {sum(split)} layers over pp {len(split)} stages as {list(split)} "
                        "(override_transformer_config.num_layers_in_first_pipeline_stage / "
                        "_last_pipeline_stage)")
-    actor_ends = stage_ends(layout, "actor")
-    if actor_ends is not None and "ref" in layout.layouts and layout.strategy == "megatron" \
-            and stage_ends(layout, "ref") != actor_ends:
+    if ref_stage_override(layout) is not None:
         out.append("ref: its Megatron override_transformer_config is written apart from the "
-                   "actor's (verl's reference inherits the actor's, whose stage split is not "
-                   "its own): the actor's other overrides (attention backend, recomputation) do "
+                   "actor's (verl's reference inherits the actor's; here only its own stage "
+                   "split): the actor's other overrides (attention backend, recomputation) do "
                    "not reach it")
     budgets = token_budgets(workload)
     if budgets is not None and None in (workload.micro_batch_tokens,

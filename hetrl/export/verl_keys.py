@@ -89,6 +89,28 @@ def stage_ends(layout, model: str) -> tuple[int, int] | None:
     return (stages[0], stages[-1]) if stages and len(set(stages)) > 1 else None
 
 
+def ref_stage_override(layout) -> tuple[int | None, int | None] | None:
+    """The stage ends the export writes for the reference (None: none, it inherits the
+    actor's): verl's reference takes the actor's override_transformer_config
+    (ref/megatron_ref.yaml) unless it sets its own, so a Megatron reference writes its uneven
+    split, or (None, None) for its even one where the actor's split is uneven."""
+    if layout.strategy != "megatron" or "ref" not in layout.layouts:
+        return None
+    own = stage_ends(layout, "ref")
+    if own is not None:
+        return own
+    return (None, None) if stage_ends(layout, "actor") is not None else None
+
+
+def check_workload(workload: WorkloadSpec) -> None:
+    """Refuse (SpecError) a workload verl runs with no plan: ppo_mini_batch_size is a whole
+    number of prompts, so optimizer_steps must divide batch_prompts."""
+    if workload.batch_prompts % workload.optimizer_steps:
+        raise SpecError("optimizer_steps", workload.optimizer_steps,
+                        f"must divide batch_prompts ({workload.batch_prompts}): verl's "
+                        "ppo_mini_batch_size is a whole number of prompts")
+
+
 def check_batches(layout, workload: WorkloadSpec) -> None:
     """Refuse (SpecError) a layout whose batch verl 0.9.1 cannot split: ``validate_config``
     asserts that data.train_batch_size x rollout.n is divisible by the actor's data-parallel
@@ -184,15 +206,11 @@ def overrides(layout, workload: WorkloadSpec, paths: Mapping[str, str]) -> dict[
                 out[f"{prefix}.megatron.pipeline_model_parallel_size"] = pp
                 if not wl.sequence_parallel:  # (verl's default is on)
                     out[f"{prefix}.megatron.sequence_parallel"] = False
-                ends = stage_ends(layout, model)
+                ends = ref_stage_override(layout) if model == "ref" else \
+                    stage_ends(layout, model)
                 if ends is not None:
                     out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = ends[0]
                     out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = ends[1]
-                elif model == "ref" and stage_ends(layout, "actor") is not None:
-                    # verl's reference inherits the actor's override_transformer_config
-                    # (ref/megatron_ref.yaml): its own even split, said explicitly
-                    out[f"{prefix}.megatron{_STAGE_KEYS[0]}"] = None
-                    out[f"{prefix}.megatron{_STAGE_KEYS[1]}"] = None
     out.update(_experts_and_fp8(layout, wl))
     if "critic" in layout.layouts:
         out.update(_critic(layout.strategy, wl, budgets, paths["critic"]))
