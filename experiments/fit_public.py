@@ -16,8 +16,9 @@ engine.) The residuals are ln(estimate / measured), minimised together by
 ``scipy.optimize.least_squares`` in log space within bounds (a generation row's prefill also
 depends on ``infer_flops``). A third phase (``profiles``) fits each framework profile's scale
 on the framework's own fit rows (hetrl.cost.profiles; none but verl has any yet: each other
-framework's rows are holdout), the per-step costs held. The holdout rows never enter the fit: their error is what the fit generalises to. The fitted values replace the defaults; a ``per_gpu`` entry of
-the base params would still override them.
+framework's rows are holdout), the per-step costs held. The holdout rows never enter the
+fit: their error is what the fit generalises to. The fitted values replace the defaults; a
+``per_gpu`` entry of the base params would still override them.
 """
 
 from __future__ import annotations

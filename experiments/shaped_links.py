@@ -276,9 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        + ("netem exists but is not used" if has_netem()
                           else "this kernel has no netem")}
     if args.out:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=2))
-        tmp.replace(args.out)
+        from hetrl.io import write_text_atomic
+
+        write_text_atomic(args.out, json.dumps(report, indent=2), "--out")
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

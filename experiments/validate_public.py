@@ -199,10 +199,8 @@ def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, f
     cluster, measured = build_cluster(row)
     plan = build_plan(row, workload, cluster, measured)
     _check_exclusions(row, plan, workload)
-    # a component row measures an engine, a trainer or a sync on its own, in a harness
-    # without an RL framework's controller: priced without the framework's costs
-    if row.kind != "step":
-        workload = workload.with_(framework="none")
+    # priced with its framework's per-step costs (a component row's harness has none)
+    workload = workload.with_(framework=row_framework(row))
     model = CostModel(workload, cluster, params)
     params = model.params  # as the row's framework pays them (hetrl.cost.profiles)
     est = model.estimate(plan)
@@ -350,8 +348,11 @@ PAIR_BAND = 0.20
 
 def gpu_pairs(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Each pair of rows measuring one job on two GPU types (a row's ``pair_of``): the measured
-    and the estimated ratio of the row's speed to its pair's (per-GPU throughput or 1 / step
-    seconds: the rows' units agree), and estimated / measured, within +-:data:`PAIR_BAND`."""
+    and the estimated ratio of the pair's step seconds to the row's -- the row's speed per GPU
+    over its pair's where both give each GPU the same work per step, as the pairs written so
+    far do (T10/T7: 262,144 tokens per GPU; T11/T8: 131,072) -- and estimated / measured
+    (whatever the work: each row's estimate over its measurement), within
+    +-:data:`PAIR_BAND`."""
     primary = df[df["primary"].astype(bool) & (df["status"] == "estimated")].set_index("id")
     out = []
     for row_id, pair in (df[["id", "pair_of"]].dropna().drop_duplicates().itertuples(index=False)
