@@ -74,28 +74,35 @@ def _project(framework: str, workload: WorkloadSpec, cluster: ClusterSpec, plan:
 OWN_SCHEDULERS = {"verl": ("verl", "verl-async"), "openrlhf": ()}
 
 
-def with_own_placement(result, framework, workload, cluster, params, budget, launch):
-    """``result``, or the framework's own placement (:data:`OWN_SCHEDULERS`, searched with the
-    same budget and the same launch map) where that is faster: a search that keeps to a
-    framework never returns worse than the framework's own plan. Reported under
-    ``own_plans_compared`` (and ``found_by``)."""
-    from dataclasses import replace
-
+def own_placements(framework, workload, cluster, params, budget, launch) -> dict:
+    """Scheduler name -> SearchResult of the framework's own placements
+    (:data:`OWN_SCHEDULERS`) searched with ``budget`` through the ``launch`` map; a placement
+    the framework's design cannot make here is left out."""
     from hetrl.errors import HetrlError
     from hetrl.search import get_scheduler
 
-    compared = {}
-    best = result
+    out = {}
     for name in OWN_SCHEDULERS[framework]:
         try:
-            own = get_scheduler(name, params).search(workload, cluster, budget, launch=launch)
+            out[name] = get_scheduler(name, params).search(workload, cluster, budget,
+                                                           launch=launch)
         except HetrlError:
-            continue  # (a placement the framework's design cannot make here adds nothing)
-        compared[name] = {"iteration_s": own.estimate.iteration_s,
-                          "evaluations": own.evaluations}
-        if own.estimate.iteration_s < best.estimate.iteration_s:
-            best = own
-    extra = dict(result.extra, own_plans_compared=compared)
+            continue
+    return out
+
+
+def with_own_placement(result, framework, workload, cluster, params, budget, launch):
+    """``result``, or the framework's own placement (:func:`own_placements`, the same budget
+    and launch map) where that is faster: a search that keeps to a framework never returns
+    worse than the framework's own plan. Reported under ``own_plans_compared`` (and
+    ``found_by``)."""
+    from dataclasses import replace
+
+    own = own_placements(framework, workload, cluster, params, budget, launch)
+    best = min([result, *own.values()], key=lambda r: r.estimate.iteration_s)
+    extra = dict(result.extra, own_plans_compared={
+        name: {"iteration_s": r.estimate.iteration_s, "evaluations": r.evaluations}
+        for name, r in own.items()})
     if best is not result:
         extra["found_by"] = f"{best.scheduler} ({framework}'s own placement)"
     return replace(result, plan=best.plan, estimate=best.estimate, extra=extra)
@@ -128,8 +135,7 @@ def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dic
     faster of ``plan`` as verl runs it and verl's own placements (:data:`OWN_SCHEDULERS`,
     launched, :data:`OWN_PLACEMENT_EVALS` evaluations each) -- ``best_launchable_s``, its
     ``best_launchable_gap`` to ``est`` and ``best_launchable_from``."""
-    from hetrl.errors import HetrlError
-    from hetrl.search import Budget, get_scheduler
+    from hetrl.search import Budget
 
     out = as_verl_runs_it(plan, workload, cluster, params, est)
     best = (out["iteration_s"], "this plan") if out["feasible"] else (None, None)
@@ -139,16 +145,12 @@ def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dic
     except SpecError:
         return {**out, "best_launchable_s": None, "best_launchable_gap": None,
                 "best_launchable_from": None}
-    launch = projection("verl", verl_workload, cluster)
-    for name in OWN_SCHEDULERS["verl"]:
-        try:
-            own = get_scheduler(name, params).search(
-                verl_workload, cluster, Budget(evaluations=OWN_PLACEMENT_EVALS, seed=seed),
-                launch=launch)
-        except HetrlError:
-            continue
-        if best[0] is None or own.estimate.iteration_s < best[0]:
-            best = (own.estimate.iteration_s, f"{name}'s placement")
+    own = own_placements("verl", verl_workload, cluster, params,
+                         Budget(evaluations=OWN_PLACEMENT_EVALS, seed=seed),
+                         projection("verl", verl_workload, cluster))
+    for name, r in own.items():
+        if best[0] is None or r.estimate.iteration_s < best[0]:
+            best = (r.estimate.iteration_s, f"{name}'s placement")
     return {**out, "best_launchable_s": best[0],
             "best_launchable_gap": None if best[0] is None else best[0] / est.iteration_s,
             "best_launchable_from": best[1]}
