@@ -8,11 +8,12 @@ import math
 from dataclasses import dataclass
 
 from hetrl.cost.expert_parallel import alltoall_pieces, alltoalls_per_layer, dispatch_bytes
-from hetrl.cost.flops import StageShape
+from hetrl.cost.flops import StageShape, training_flops_mult
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import GroupLinks, all_reduce_time
 from hetrl.cost.replica import ReplicaHW, StageHW
 from hetrl.cost.rollout import decode_step_overhead_s
+from hetrl.spec.task_batching import recompute_mode
 
 
 def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
@@ -216,13 +217,16 @@ class ReplicaOps:
                              kind == "train") + s.layers * self.params.launch_overhead_s_per_layer + (
             self.params.micro_batch_overhead_s)
 
-    def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool) -> float:
-        """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with recomputation)
-        and 2 TP all-reduces per layer (4 with recomputation)."""
+    def backward(self, j: int, tokens: float, sq_sum: float, recompute: bool | str) -> float:
+        """One micro-batch's backward on stage j: 2x the forward FLOPs (3x with full
+        recomputation, in between with selective: the training pass's multiple less the forward,
+        :func:`~hetrl.cost.flops.training_flops_mult`) and 2 TP all-reduces per layer (4 with
+        full recomputation)."""
         st = self.stages[j]
         s = st.shape
         fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
-        mult, ars = (3.0, 4) if recompute else (2.0, 2)
+        mult = training_flops_mult(s.model, recompute) - 1.0
+        ars = 4 if recompute_mode(recompute) == "full" else 2
         return self._with_tp(max(mult * fl / st.flops_train, s.weight_bytes / st.hbm),
                              ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True) + (
             2 * s.layers * self.params.launch_overhead_s_per_layer

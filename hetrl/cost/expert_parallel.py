@@ -14,15 +14,16 @@ from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import GroupLinks, all_gather_time, group_links
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.task_batching import recompute_mode
 
 
-def alltoalls_per_layer(kind: str, recompute: bool) -> int:
+def alltoalls_per_layer(kind: str, recompute: bool | str) -> int:
     """All-to-alls per MoE layer per pass over a batch: dispatch and combine forward (2),
     their gradients backward (4 in training), and the forward's again under full
     recomputation (6)."""
     if kind != "training":
         return 2
-    return 6 if recompute else 4
+    return 6 if recompute_mode(recompute) == "full" else 4
 
 
 def dispatch_bytes(shape: StageShape, tokens: float) -> float:
@@ -70,7 +71,7 @@ def expert_group_links(cluster: ClusterSpec, p: TaskPlacement) -> list[list[Grou
 
 def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
                             shapes: tuple[StageShape, ...], params: CostParams, kind: str,
-                            calls: float, tokens: float, recompute: bool,
+                            calls: float, tokens: float, recompute: bool | str,
                             stages_in_series: bool) -> float:
     """Seconds of ``p``'s all-to-alls in one task call: ``calls`` passes (decode steps and
     prefill chunks, or micro-batch slots of the pipeline) moving ``tokens`` tokens of the

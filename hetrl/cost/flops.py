@@ -15,6 +15,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from hetrl.spec.model import ModelShape
+from hetrl.spec.task_batching import recompute_mode
 
 #: Roles whose model ends in a vocabulary head (log-probs); reward and critic end in a scalar head.
 LM_HEAD_ROLES = frozenset({"actor", "reference"})
@@ -91,6 +92,15 @@ class StageShape:
     def expert_params(self) -> float:
         """The routed experts' parameters held by one rank (0 for a dense model)."""
         return self.moe_layers * self.model.expert_params_per_layer / self.ep / self.tp
+
+    @property
+    def dp_sharded_params(self) -> float:
+        """The parameters a data-parallel group of this stage shards its optimizer states (and
+        with FSDP its weights and gradients) over, counted so that a rank's shard is this / dp:
+        the rank's parameters, its experts counted ep times (each rank's expert shard is shared
+        by the dp / ep ranks that hold the same experts, so a rank keeps expert_params x ep /
+        dp of them)."""
+        return self.params + self.expert_params * (self.ep - 1)
 
     @property
     def weight_bytes_per_value(self) -> int:
@@ -178,7 +188,7 @@ class StageShape:
             return hw.fp8_flops
         return hw.flops
 
-    def activation_bytes(self, tokens: float, recompute: bool, act_coeff: float) -> float:
+    def activation_bytes(self, tokens: float, recompute: bool | str, act_coeff: float) -> float:
         """Stored activations of ``tokens`` tokens through this stage for the backward pass.
         ``act_coeff``: bytes per token per hidden unit of a GPT layer (Korthikanti et al. 2022:
         34 = attention 11 + MLP 19 for a 4h GeLU MLP + norms 4); the MLP's part is replaced by a
@@ -186,11 +196,19 @@ class StageShape:
         each layer's input (2 bytes). Over tp ranks everything is split with sequence
         parallelism; without it :data:`UNSPLIT_BYTES` of the coefficient (the layer input, the
         norms' inputs and the dropout masks; the input alone under full recomputation) stay
-        whole on every rank (Korthikanti et al. 2022, Table 2)."""
-        if recompute:
+        whole on every rank (Korthikanti et al. 2022, Table 2). ``recompute``: a
+        :data:`~hetrl.spec.task_batching.RECOMPUTE_MODES` entry (or a bool: full or none);
+        "selective" keeps :func:`selective_activation_coeff` (the layer input whole on every
+        rank without sequence parallelism, the rest split)."""
+        mode = recompute_mode(recompute)
+        if mode == "full":
             if not self.sequence_parallel and self.tp > 1:
                 return self.layers * 2.0 * tokens * self.model.hidden
             coeff = 2.0
+        elif mode == "selective":
+            coeff = selective_activation_coeff(self.model)
+            if not self.sequence_parallel and self.tp > 1:
+                return self.layers * (2.0 + (coeff - 2.0) / self.tp) * tokens * self.model.hidden
         elif self.model.moe is None:
             coeff = activation_coeff(self.model, act_coeff)
         else:  # dense and MoE layers' coefficients, averaged over the stage's layers
@@ -203,12 +221,30 @@ class StageShape:
                 * tokens * self.model.hidden
         return self.layers * coeff * tokens * self.model.hidden / self.tp
 
+    def forward_working_bytes(self, tokens: float) -> float:
+        """Peak working bytes of a forward pass without gradients (an inference task) over
+        ``tokens`` tokens: each layer's tensors are freed before the next layer runs and before
+        the head, so the peak is the larger of one layer's live tensors
+        (:data:`FORWARD_LAYER_BYTES` per token per hidden unit, / tp) and, on the last stage,
+        the final hidden states (a bf16 value per hidden unit, whole on every rank) with the
+        logits they make (:meth:`logits_bytes`) -- not their sum."""
+        layer = FORWARD_LAYER_BYTES * tokens * self.model.hidden / self.tp
+        logits = self.logits_bytes(tokens)
+        if logits == 0.0:
+            return layer
+        return max(layer, 2.0 * tokens * self.model.hidden + logits)
+
     def logits_bytes(self, tokens: float) -> float:
         """Materialised vocabulary logits of ``tokens`` tokens (bf16, vocab-parallel over tp)."""
         if not (self.last and self.lm_head):
             return 0.0
         return tokens * self.model.vocab * 2.0 / self.tp
 
+
+#: Bytes per token per hidden unit of one layer's live tensors in a forward pass without
+#: gradients (8 bf16 hidden-sized values: the layer's input, the norm's output, the attention's
+#: and MLP's intermediates as they are made and freed).
+FORWARD_LAYER_BYTES = 16.0
 
 #: Bytes per token per hidden unit of a layer's activations that tensor parallelism without
 #: sequence parallelism keeps whole on every rank: the 10 of Korthikanti et al. 2022's
@@ -229,6 +265,43 @@ def activation_coeff(model: ModelShape, act_coeff: float) -> float:
     them and recomputes the activation in the backward pass, as Megatron-core does) and the down
     projection's input (2 f); no dropout. Qwen3-8B (f = 3 h): 35; Qwen2.5-7B (f = 5.3 h): 48.7."""
     return act_coeff - GPT_MLP_BYTES + 2.0 + 6.0 * model.ffn / model.hidden
+
+
+def selective_activation_coeff(model: ModelShape) -> float:
+    """Stored activation bytes per token per hidden unit of one dense layer under PyTorch's
+    selective activation checkpointing with torchtitan's op policy (``selective_ac_option:
+    op``: save the outputs of matmuls and attention, except every second matmul of the layer,
+    and recompute every other op in the backward pass). A layer's seven matmuls in order (q, k,
+    v, o, gate, up, down) keep q, v, gate and down's outputs (q + kv + f + h values), the
+    attention keeps its output (q values; its log-sum-exp, 4 bytes per head, is counted too)
+    and the checkpoint keeps the layer's input (h values), in bf16. Llama-3.1-8B: 15.5, against
+    38 without recomputation and 2 with full recomputation."""
+    q = model.heads * model.head_dim
+    kv = model.kv_heads * model.head_dim
+    values = model.hidden + (q + kv + model.ffn + model.hidden) + q
+    return (2.0 * values + 4.0 * model.heads) / model.hidden
+
+
+def selective_recompute_share(model: ModelShape) -> float:
+    """The share of a dense layer's matmul FLOPs that selective activation checkpointing
+    (:func:`selective_activation_coeff`) runs again in the backward pass: the k, o and up
+    projections, (kv + q + f) / (2 q + 2 kv + 3 f). The attention and element-wise ops are not
+    counted (the attention's output is kept; the rest is cheap). Llama-3.1-8B: 0.365."""
+    q = model.heads * model.head_dim
+    kv = model.kv_heads * model.head_dim
+    return (kv + q + model.ffn) / (2 * q + 2 * kv + 3 * model.ffn)
+
+
+def training_flops_mult(model: ModelShape, recompute: bool | str) -> float:
+    """A training pass's FLOPs as a multiple of the forward's: 3 (forward + a backward of twice
+    the forward), 4 with full recomputation (the forward again), 3 + the recomputed share under
+    selective recomputation (:func:`selective_recompute_share`)."""
+    mode = recompute_mode(recompute)
+    if mode == "full":
+        return 4.0
+    if mode == "selective":
+        return 3.0 + selective_recompute_share(model)
+    return 3.0
 
 
 def moe_activation_coeff(model: ModelShape, act_coeff: float, load: float = 1.0) -> float:

@@ -101,21 +101,22 @@ def fsdp_task_seconds(kind: str, worst: ReplicaCost, steps: int, micro_batches: 
 
 
 def megatron_task_seconds(kind: str, worst: ReplicaCost, steps: int, dp_s: float,
-                          optimizer_s: float, overlap_micro_batches: int, recompute: bool,
+                          optimizer_s: float, overlap_micro_batches: int, flops_mult: float,
                           offload_s: float | None) -> tuple[float, dict[str, float]]:
     """(seconds, parts) of a Megatron task of ``kind`` over ``steps`` optimizer steps, its
     slowest replica taking ``worst`` per step. Training adds per step its DP sync ``dp_s`` and
     sharded optimizer step ``optimizer_s`` (seconds, :func:`dp_optimizer_step_seconds`); with
     ``--overlap-grad-reduce`` (``overlap_micro_batches`` > 0: the slowest replica's
     micro-batches per step) only the sync's part not hidden behind the last micro-batch's
-    backward (:func:`hetrl.cost.tasks.exposed_grad_sync`). ``offload_s``: the weights' and
+    backward (:func:`hetrl.cost.tasks.exposed_grad_sync`; ``flops_mult``: the training pass's
+    FLOPs over the forward's, :func:`hetrl.cost.flops.training_flops_mult`). ``offload_s``: the weights' and
     states' trip to host memory and back, once per call (None: no offload)."""
     parts = {k: v * steps for k, v in worst.parts.items()}
     seconds = worst.seconds * steps
     if kind == "training":
         if overlap_micro_batches:
             work = (worst.parts["compute"] + worst.parts["hbm"]) / overlap_micro_batches
-            dp_s = exposed_grad_sync(dp_s, work, 4.0 if recompute else 3.0)
+            dp_s = exposed_grad_sync(dp_s, work, flops_mult)
         parts["dp"] += dp_s * steps
         parts["hbm"] += optimizer_s * steps
         seconds += (dp_s + optimizer_s) * steps

@@ -35,7 +35,7 @@ FP32_BYTES = 4
 
 
 def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int | Batching,
-                      L: LengthStats, params: CostParams, recompute: bool, offload: bool
+                      L: LengthStats, params: CostParams, recompute: bool | str, offload: bool
                       ) -> tuple[float, float, float]:
     """(weights, resident states, working) bytes of one FSDP rank of a ``kind`` ("training" or
     "inference") task holding ``n`` sequences per optimizer step (``shape``: the whole model,
@@ -48,29 +48,34 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     the module it trains), while a co-located rollout engine holds its own copy, as vLLM does.
     States (training): fp32 gradients and the rest of the Adam states (m and v), each / dp;
     offload: the parameters and optimizer states in host memory, the gradient shard only.
-    Working: one micro-batch's activations (training: as one pipeline stage; inference: one
-    layer's live tensors) and logits, and the gathered weights (training: and unsharded
-    gradients) of ``GATHERED_LAYERS`` layers."""
+    With expert parallelism (FSDP2 + EP) each rank's experts are sharded over the dp / ep ranks
+    holding the same ones (:attr:`~hetrl.cost.flops.StageShape.dp_sharded_params`) and each
+    rank gathers its own experts only. Working: one micro-batch's activations and logits
+    (training: as one pipeline stage; inference:
+    :meth:`~hetrl.cost.flops.StageShape.forward_working_bytes`), and the gathered weights
+    (training: and unsharded gradients) of ``GATHERED_LAYERS`` layers."""
     value = shape.bytes_per_value
-    per_layer = shape.params / max(shape.layers, 1)
+    per_layer = shape.params / max(shape.layers, 1)  # (with ep: a rank's own experts only)
+    sharded = shape.dp_sharded_params  # over the dp ranks
     training = kind == "training"
     weights = 0.0
     if offload:
-        states = shape.params * params.grad_bytes / dp if training else 0.0
+        states = sharded * params.grad_bytes / dp if training else 0.0
     elif training:
-        weights = shape.params * FP32_BYTES / dp
-        states = shape.params * (params.grad_bytes + max(params.optimizer_state_bytes
-                                                         - FP32_BYTES, 0)) / dp
+        weights = sharded * FP32_BYTES / dp
+        states = sharded * (params.grad_bytes + max(params.optimizer_state_bytes
+                                                    - FP32_BYTES, 0)) / dp
     else:
-        weights, states = shape.params * value / dp, 0.0
+        weights, states = sharded * value / dp, 0.0
     tokens, _ = memory_tokens(n, mbs, L)  # one micro-batch's, as costed (padding included)
     if training:
         act = shape.activation_bytes(tokens, recompute, params.activation_bytes_per_token_hidden)
+        act += shape.logits_bytes(tokens)
         gathered = GATHERED_LAYERS * per_layer * (value + params.grad_bytes)
     else:
-        act = 16.0 * tokens * shape.model.hidden  # one layer's live tensors (see memory.py)
+        act = shape.forward_working_bytes(tokens)
         gathered = GATHERED_LAYERS * per_layer * value
-    return weights, states, act + shape.logits_bytes(tokens) + gathered
+    return weights, states, act + gathered
 
 
 def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: float,
@@ -90,7 +95,7 @@ def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -
     around ``update_actor``, ``compute_log_prob``, ...: once per call, whatever its steps)."""
     per_param = shape.bytes_per_value + (params.optimizer_state_bytes if kind == "training"
                                          else 0)
-    return 2 * shape.params * per_param / dp / (params.host_link_GBps * 1e9)
+    return 2 * shape.dp_sharded_params * per_param / dp / (params.host_link_GBps * 1e9)
 
 
 def megatron_offload_seconds(kind: str, shapes: tuple[StageShape, ...], dp: int,

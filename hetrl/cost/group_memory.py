@@ -106,7 +106,7 @@ def replica_batch_inputs(kind: str, batching: int | Batching, lengths: LengthSta
 
 def slot_bytes(kind: str, shapes: tuple[StageShape, ...], p: TaskPlacement, inputs: Any,
                batching: int | Batching, sequences: float, lengths: LengthStats,
-               params: CostParams, recompute: bool) -> np.ndarray:
+               params: CostParams, recompute: bool | str) -> np.ndarray:
     """(weights, states, working, KV bytes of an average sequence, 1) per device of ``p``'s
     grid (5 x devices, in device-id order of the grid, read-only) for a task of ``kind`` with
     stages ``shapes`` holding ``sequences`` per optimizer step (:func:`task_memory_bytes

@@ -132,8 +132,8 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         self._symmetry = facts.symmetry
         #: per task kind whether it runs in FP8
         self._fp8 = {k: workload.fp8_for(k) for k in ("generation", "inference", "training")}
-        #: per task whether it recomputes activations (WorkloadSpec.task_recompute)
-        self._recompute = {t.name: workload.task_recompute(t.name) for t in workload.tasks}
+        #: per task how it recomputes activations (WorkloadSpec.task_recompute_mode)
+        self._recompute = {t.name: workload.task_recompute_mode(t.name) for t in workload.tasks}
         self._copy_groups = tables.copy_groups
         self._shapes = tables.shapes
         self._hw = tables.hw
@@ -235,7 +235,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         """The replica-cost engine of ``task`` (of ``kind``) for one layout on one replica's
         hardware; tasks of one kind and equal micro-batching share it."""
         batching = self._batching.get(task)
-        recompute = self._recompute.get(task, False)
+        recompute = self._recompute.get(task, "none")
         key = (kind, id(shapes), id(hw), batching, recompute)
         out = self._engines.get(key)
         if out is None or out[0] is not shapes or out[1] is not hw:  # (a copy's ids differ)

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from hetrl.cost.batching import Batching
 from hetrl.cost.expert_parallel import expert_parallel_seconds
-from hetrl.cost.flops import StageShape
+from hetrl.cost.flops import StageShape, training_flops_mult
 from hetrl.cost.forward import (
     dp_optimizer_step_seconds,
     fsdp_task_seconds,
@@ -43,8 +43,8 @@ class ForwardHost(Protocol):
     _info: dict[str, tuple[str, str, str]]
     #: per inference or training task its micro-batches (a sequence count or a Batching)
     _batching: dict[str, int | Batching]
-    #: per task whether it recomputes activations in its backward pass
-    _recompute: dict[str, bool]
+    #: per task how it recomputes activations in its backward pass (RECOMPUTE_MODES)
+    _recompute: dict[str, str]
     #: per task kind the framework's seconds per call
     _framework: dict[str, float]
     #: memo: task results per (placement, generation placement), placement, compute key
@@ -141,7 +141,9 @@ class ForwardTerms:
             off_s = megatron_offload_seconds(kind, shapes, p.dp, self.params) \
                 if p.offload else None
             seconds, parts = megatron_task_seconds(kind, worst, steps, dp_s, opt_s, micro,
-                                                   self._recompute[p.task], off_s)
+                                                   training_flops_mult(shapes[0].model,
+                                                                       self._recompute[p.task]),
+                                                   off_s)
         if p.ep > 1:  # the slowest replica's micro-batch slots of the 1F1B pipeline
             micro = self._slowest_micro_batches(p, steps)
             slots = steps * (micro + p.pp - 1)

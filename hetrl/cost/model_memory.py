@@ -49,8 +49,8 @@ class MemoryHost(Protocol):
     _info: dict[str, tuple[str, str, str]]
     #: per inference or training task its micro-batches (a sequence count or a Batching)
     _batching: dict[str, int | Batching]
-    #: per task whether it recomputes activations in its backward pass
-    _recompute: dict[str, bool]
+    #: per task how it recomputes activations in its backward pass (RECOMPUTE_MODES)
+    _recompute: dict[str, str]
     #: usable bytes per device (memory x usable_memory_fraction), read-only
     _mem_bytes: np.ndarray
     #: memo: PlacementMemory per placement
@@ -107,7 +107,7 @@ class MemoryTerms:
         n_total = wl.samples / (wl.optimizer_steps if kind == "training" else 1)
         inputs = replica_batch_inputs(kind, mbs, self.L, n_total, p.data_shares, p.pp)
         # (shapes are interned and never dropped, so their id is theirs)
-        recompute = self._recompute.get(p.task, False)
+        recompute = self._recompute.get(p.task, "none")
         key = (kind, id(shapes), p.dp, p.tp, inputs, p.backend, p.offload, mbs, recompute)
         slots = self._slot_rows.get(key)
         if slots is None:

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from hetrl.cost.batching import Batching, micro_batcher, micro_count
-from hetrl.cost.flops import StageShape
+from hetrl.cost.flops import StageShape, training_flops_mult
 from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.memo import ENGINE_ENTRIES, TASK_TERMS, Table
@@ -24,6 +24,7 @@ from hetrl.cost.primitives import (
 )
 from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.rollout import decode_step_overhead_s, generation_concurrency
+from hetrl.spec.task_batching import recompute_mode
 
 #: ``framework``: the per-call framework costs of hetrl.cost.framework (task level); ``ep``:
 #: expert parallelism's all-to-alls (hetrl.cost.expert_parallel, task level)
@@ -368,10 +369,11 @@ def inference_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, m
 
 
 def training_replica(shapes: tuple[StageShape, ...], hw: ReplicaHW, n: float, mbs: int,
-                     L: LengthStats, params: CostParams, recompute: bool) -> ReplicaCost:
+                     L: LengthStats, params: CostParams, recompute: bool | str) -> ReplicaCost:
     """One optimizer step's forward+backward over ``n`` sequences with 1F1B: time =
     (m + pp - 1) x the slowest stage's micro-batch time (3x forward FLOPs, 4x with full
-    recomputation; 4 TP all-reduces per layer, 6 with recomputation; a stage sends activations
+    recomputation, in between with selective (:func:`~hetrl.cost.flops.training_flops_mult`); 4
+    TP all-reduces per layer, 6 with full recomputation; a stage sends activations
     forward over its outgoing boundary and gradients back over its incoming one). The bubble is
     (pp - 1) slowest-stage slots."""
     return forward_engine("training", shapes, hw, L, params, mbs, recompute).replica(n)
@@ -388,7 +390,7 @@ def exposed_grad_sync(dp_s: float, micro_work_s: float, flops_mult: float) -> fl
 
 
 def forward_engine(kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW, L: LengthStats,
-                   params: CostParams, mbs: int | Batching, recompute: bool,
+                   params: CostParams, mbs: int | Batching, recompute: bool | str,
                    tp_overlap: bool = False) -> _ForwardEngine:
     """An inference (``kind`` "inference") or training replica's cost as a function of its
     sequence count, with the n-independent factors computed once (memoised). ``mbs``: sequences
@@ -407,12 +409,14 @@ class _ForwardEngine:
     """:func:`inference_replica` / :func:`training_replica` for one layout and hardware."""
 
     def __init__(self, kind: str, shapes: tuple[StageShape, ...], hw: ReplicaHW,
-                 L: LengthStats, params: CostParams, mbs: int | Batching, recompute: bool,
+                 L: LengthStats, params: CostParams, mbs: int | Batching, recompute: bool | str,
                  tp_overlap: bool = False):
         self.training = kind == "training"
         self.tp_overlap = self.training and tp_overlap
         if self.training:
-            self.mult, self.allreduces = (4.0 if recompute else 3.0), (6 if recompute else 4)
+            full = recompute_mode(recompute) == "full"
+            self.mult = training_flops_mult(shapes[0].model, recompute)
+            self.allreduces = 6 if full else 4
             flops_kind = "train_flops"
         else:
             self.mult, self.allreduces, flops_kind = 1.0, 2, "infer_flops"

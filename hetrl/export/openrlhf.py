@@ -347,8 +347,14 @@ def flags(layout: OpenRLHFLayout, workload: WorkloadSpec, cluster: ClusterSpec,
 
 def check_workload(workload: WorkloadSpec, layout: OpenRLHFLayout, cluster: ClusterSpec) -> None:
     """Refuse what OpenRLHF's own checks (train_ppo_ray.py's asserts) or its batch arithmetic
-    would refuse."""
+    would refuse, and selective recomputation, which it has no flag for."""
     wl = workload
+    task = wl.selective_recompute_task()
+    if task is not None:
+        raise SpecError("recompute", "selective",
+                        f"OpenRLHF 0.11.2 has no selective checkpointing for {task} "
+                        "(--actor.gradient_checkpointing_enable is full recomputation): write "
+                        "true or false")
     samples = wl.batch_prompts * wl.responses_per_prompt
     if samples % wl.optimizer_steps:
         raise SpecError("optimizer_steps", wl.optimizer_steps,

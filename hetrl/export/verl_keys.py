@@ -104,7 +104,15 @@ def ref_stage_override(layout) -> tuple[int | None, int | None] | None:
 
 def check_workload(workload: WorkloadSpec) -> None:
     """Refuse (SpecError) a workload verl runs with no plan: ppo_mini_batch_size is a whole
-    number of prompts, so optimizer_steps must divide batch_prompts."""
+    number of prompts, so optimizer_steps must divide batch_prompts; and selective
+    recomputation, which verl has no setting for."""
+    task = workload.selective_recompute_task()
+    if task is not None:
+        raise SpecError("recompute", "selective",
+                        f"verl 0.9.1 has no op-level selective checkpointing for {task} "
+                        "(enable_gradient_checkpointing is full recomputation; Megatron's "
+                        "selective granularity recomputes the attention core only): write true "
+                        "or false")
     if workload.batch_prompts % workload.optimizer_steps:
         raise SpecError("optimizer_steps", workload.optimizer_steps,
                         f"must divide batch_prompts ({workload.batch_prompts}): verl's "

@@ -212,7 +212,7 @@ class Arm:
                                      wl.bytes_per_value)[0]
                 mbs = micro_batching(wl, info.kind, task)
                 need = sum(fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp, mbs,
-                                             self.model.L, prm, wl.task_recompute(task), offload))
+                                             self.model.L, prm, wl.task_recompute_mode(task), offload))
             else:
                 per_param = wl.bytes_per_value + (prm.grad_bytes + prm.optimizer_state_bytes / dp
                                                   if training else 0.0)

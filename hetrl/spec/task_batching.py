@@ -20,6 +20,27 @@ from typing import Any
 from hetrl.errors import SpecError, is_int, require
 from hetrl.limits import MAX_BATCH_TOKENS, MAX_SAMPLES
 
+#: How a training task recomputes activations in its backward pass: "none" (``recompute:
+#: false``), "full" (``true``: every layer from its input; Megatron's ``recompute_granularity:
+#: full``, FSDP's gradient checkpointing) and "selective" (PyTorch's selective activation
+#: checkpointing with torchtitan's op policy: each layer keeps its matmul outputs except every
+#: second one and the attention's output, and recomputes the rest; docs/cost-model.md).
+#: Megatron's own "selective" (the attention core) keeps what flash attention keeps anyway:
+#: write ``false`` for it.
+RECOMPUTE_MODES = ("none", "full", "selective")
+
+
+def check_recompute(field: str, value: Any) -> None:
+    """A ``recompute`` value: true, false or "selective" (exit 2 otherwise)."""
+    require(isinstance(value, bool) or value == "selective", field, value,
+            "must be true or false (YAML booleans, not strings) or selective")
+
+
+def recompute_mode(value: bool | str) -> str:
+    """The :data:`RECOMPUTE_MODES` entry of a checked ``recompute`` value."""
+    return value if isinstance(value, str) else ("full" if value else "none")
+
+
 #: Tasks whose micro-batching a workload may set (generation batches by its engine instead).
 BATCHED_TASKS = ("reward_inference", "reference_inference", "critic_inference",
                  "actor_inference", "actor_training", "critic_training")
@@ -35,7 +56,7 @@ class TaskBatching:
     micro_batch_tokens: int | None = None
     remove_padding: bool | None = None
     pad_to: str | None = None
-    recompute: bool | None = None
+    recompute: bool | str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -62,8 +83,8 @@ class TaskBatching:
         require(pad_to is None or isinstance(pad_to, str), f"{field}.pad_to", pad_to,
                 "must be a string")
         recompute = data.get("recompute")
-        require(recompute is None or isinstance(recompute, bool), f"{field}.recompute",
-                recompute, "must be true or false (a YAML boolean, not a string)")
+        if recompute is not None:
+            check_recompute(f"{field}.recompute", recompute)
         return cls(size, tokens, padding, pad_to, recompute)
 
 

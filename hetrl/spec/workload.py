@@ -12,7 +12,12 @@ from hetrl.errors import SpecError, integer, is_int, is_number, one_of, positive
 from hetrl.limits import MAX_BATCH_PROMPTS, MAX_BATCH_TOKENS, MAX_RESPONSES_PER_PROMPT, MAX_SAMPLES
 from hetrl.spec.lengths import LengthDist
 from hetrl.spec.model import ModelShape, resolve_model
-from hetrl.spec.task_batching import TaskBatching, parse_task_batching
+from hetrl.spec.task_batching import (
+    TaskBatching,
+    check_recompute,
+    parse_task_batching,
+    recompute_mode,
+)
 from hetrl.spec.tasks import ALGORITHMS, KL_MODES, REWARDS, TaskInfo, roles_for, tasks_for
 
 MODES = ("sync", "async")
@@ -113,7 +118,7 @@ class WorkloadSpec:
     pad_to: str = "longest"
     gen_max_concurrency: int = 256
     optimizer_steps: int = 1
-    recompute: bool = False
+    recompute: bool | str = False
     reward: str = "model"
     recompute_logprobs: bool = False
     backends: tuple[str, ...] = ("megatron",)
@@ -143,7 +148,8 @@ class WorkloadSpec:
                 and len(set(self.backends)) == len(self.backends), "backends",
                 list(self.backends) if isinstance(self.backends, tuple) else self.backends,
                 f"must list megatron and optionally fsdp, each once (of {list(SEARCH_BACKENDS)})")
-        for key in ("recompute", "recompute_logprobs", "gen_cuda_graphs", "overlap_grad_reduce",
+        check_recompute("recompute", self.recompute)
+        for key in ("recompute_logprobs", "gen_cuda_graphs", "overlap_grad_reduce",
                     "tp_comm_overlap", "sequence_parallel"):
             require(isinstance(getattr(self, key), bool), key, getattr(self, key),
                     "must be true or false (a YAML boolean, not a string)")
@@ -250,6 +256,16 @@ class WorkloadSpec:
             require(b.recompute is None or self.task(task).kind == "training",
                     f"task_batching.{task}.recompute", b.recompute,
                     "activation recomputation is a training task's setting")
+        models = dict(self.models)
+        for t in self.tasks:
+            if t.kind == "training" and self.task_recompute_mode(t.name) == "selective":
+                own = self.task_batching_of(t.name)
+                field_name = "recompute" if own is None or own.recompute is None \
+                    else f"task_batching.{t.name}.recompute"
+                require(models[t.role].moe is None, field_name, "selective",
+                        f"selective recomputation is priced for dense layers only; "
+                        f"{t.name}'s model {models[t.role].name} is a mixture of experts "
+                        f"(write true or false)")
 
     def task_batching_of(self, task: str) -> TaskBatching | None:
         """``task``'s own micro-batching, or None where it follows the workload's."""
@@ -258,11 +274,24 @@ class WorkloadSpec:
                 return b
         return None
 
-    def task_recompute(self, task: str) -> bool:
-        """Whether ``task`` recomputes activations in its backward pass: its own
-        ``task_batching`` setting, else the workload's ``recompute``."""
+    def task_recompute_mode(self, task: str) -> str:
+        """How ``task`` recomputes activations in its backward pass, one of
+        :data:`~hetrl.spec.task_batching.RECOMPUTE_MODES`: its own ``task_batching`` setting, else the workload's
+        ``recompute`` (false: "none", true: "full", "selective")."""
         own = self.task_batching_of(task)
-        return self.recompute if own is None or own.recompute is None else own.recompute
+        value = self.recompute if own is None or own.recompute is None else own.recompute
+        return recompute_mode(value)
+
+    def selective_recompute_task(self) -> str | None:
+        """The first training task that recomputes selectively (None: none does): exports refuse
+        it where the framework has no such checkpointing."""
+        return next((t.name for t in self.tasks if t.kind == "training"
+                     and self.task_recompute_mode(t.name) == "selective"), None)
+
+    def task_recompute(self, task: str) -> bool:
+        """Whether ``task`` recomputes every layer in its backward pass (full recomputation;
+        selective recomputation is :meth:`task_recompute_mode`'s "selective")."""
+        return self.task_recompute_mode(task) == "full"
 
     # --- derived ---
     @property

@@ -70,10 +70,14 @@ def test_working_sets_by_hand():
     (s0, *_) = stage_shapes(model_preset("Qwen3-8B"), (9, 9, 9, 9), 1, True, 2)
     pp4 = task_memory("training", "actor", s0, 0, 4, 1, 64, 4, L, DEFAULT_PARAMS, recompute=False)
     assert pp4.working_bytes == 4 * 9 * 35 * 2048 * 4096  # no logits on the first stage
-    # Inference, micro-batch 16 (8192 tokens): one layer's live tensors, 16 B per token x hidden,
-    # plus the logits for the actor-shaped reference.
+    # Inference, micro-batch 16 (8192 tokens): a forward without gradients frees each layer's
+    # tensors, so the peak is the larger of one layer's live tensors (16 B per token x hidden)
+    # and the final hidden states (2 B) with the logits they make -- here the logits.
     inf = task_memory("inference", "reference", s, 0, 1, 1, 16, 16, L, DEFAULT_PARAMS, False)
-    assert inf.working_bytes == 16 * 8192 * 4096 + 8192 * 151_936 * 2  # 3.03 GB
+    assert inf.working_bytes == 2 * 8192 * 4096 + 8192 * 151_936 * 2  # 2.56 GB, not 3.03
+    # A stage without the head holds one layer's live tensors only.
+    inf0 = task_memory("inference", "reference", s0, 0, 4, 1, 16, 16, L, DEFAULT_PARAMS, False)
+    assert inf0.working_bytes == 16 * 8192 * 4096
     # Generation's working set is its KV cache, handled by the estimate (it takes what is left).
     gen = task_memory("generation", "actor", s, 0, 1, 1, 16, 16, L, DEFAULT_PARAMS, False)
     assert gen.working_bytes == 0.0
