@@ -76,7 +76,10 @@ class TaskPlacement:
     are replicated as in data parallelism (Megatron's ``expert_model_parallel_size``, carved out
     of the data-parallel ranks; for generation vLLM's expert parallelism with data-parallel
     attention). Expert gradients are reduced over the ``dp / ep`` replicas that hold the same
-    experts. ep divides dp and the model's experts."""
+    experts. ep divides dp and the model's experts. With ``fsdp`` (FSDP2 with expert
+    parallelism, as torchtitan and NeMo AutoModel run MoE models) the non-expert weights are
+    sharded over the dp ranks and each rank's experts over the ``dp / ep`` ranks that hold the
+    same ones."""
 
     task: str
     dp: int
@@ -401,9 +404,6 @@ def validate_placement(p: TaskPlacement, workload: WorkloadSpec, cluster: Cluste
                 f"{f}.{key}", value, "must be an integer >= 1")
     validate_layout(model, p.tp, p.pp, f)
     validate_expert_parallel(model, p.ep, p.dp, f)
-    require(p.ep == 1 or p.backend == "megatron", f"{f}.ep", p.ep,
-            "expert parallelism needs the megatron backend (fsdp shards over data parallelism "
-            "only)")
     lacking = fp8_lacking(p, workload, cluster)
     if lacking is not None:
         raise SpecError(f"{f}.devices", *lacking)

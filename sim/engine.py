@@ -291,7 +291,7 @@ class Simulation:
         act = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         grad = [[self.env.event() for _ in range(pp)] for _ in range(m)]
         train = kind == "training"
-        recompute = self.workload.task_recompute(p.task)
+        recompute = self.workload.task_recompute_mode(p.task)
         stage_done = []
 
         def send(src_stage: int, dst_stage: int, mb: int, event: simpy.Event, what: str):
@@ -359,8 +359,7 @@ class Simulation:
         batching = micro_batching(wl, kind, p.task)
         shape = self.model.shapes(p.task, p)[0]
         value = wl.bytes_per_value
-        ring_bytes = shape.params * (2 * value + self.params.grad_bytes if train else value)
-        members = self.dp_ring(p)
+        per_param = 2 * value + self.params.grad_bytes if train else value
         ops = self.ops[p.task]
         for step in range(steps):
             micro = batches.split_replicas(
@@ -371,12 +370,27 @@ class Simulation:
                                                           train, it, batching))
                          for i in range(p.dp) if k < len(micro[i])]
                 if p.dp > 1:
-                    procs.append(self.env.process(self.ring(members, ring_bytes)))
+                    procs.append(self.env.process(self.fsdp_rings(p, shape, per_param)))
                 yield simpy.AllOf(self.env, procs)
             if train:
                 yield from self.optimizer_step(p, it)
         if p.offload:  # the shards' host round trip, once per task call
             yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
+
+    def fsdp_rings(self, p: TaskPlacement, shape, per_param: float):
+        """An FSDP group's collectives of ``per_param`` bytes per parameter: one ring over its dp
+        ranks; with expert parallelism the non-expert parameters' ring over the dp ranks, then
+        the experts' rings over the dp / ep ranks holding the same experts, all at once (as the
+        cost model: :func:`hetrl.cost.forward.dp_optimizer_step_seconds`)."""
+        members = self.dp_ring(p)
+        if p.ep == 1:
+            yield from self.ring(members, shape.params * per_param)
+            return
+        yield from self.ring(members, (shape.params - shape.expert_params) * per_param)
+        groups = [[r[0][0] for r in p.devices[k::p.ep]] for k in range(p.ep)]
+        if len(groups[0]) > 1:
+            yield simpy.AllOf(self.env, [
+                self.env.process(self.ring(g, shape.expert_params * per_param)) for g in groups])
 
     def dp_ring(self, p: TaskPlacement) -> list[int]:
         """An FSDP placement's ranks (each replica's one device) in ring order, node by node."""
@@ -390,10 +404,18 @@ class Simulation:
         devs = p.devices[i][0]
         (tok,), (sq,) = batches.costed([mb], lengths, batching)
         start = self.env.now
-        dur = ops.forward(0, tok, sq, "train" if train else "infer")
-        if train:
-            dur += ops.backward(0, tok, sq, self.workload.task_recompute(p.task))
-        yield self.env.timeout(dur * self.slow(devs))
+        recompute = self.workload.task_recompute_mode(p.task)
+        forward = ops.forward(0, tok, sq, "train" if train else "infer")
+        if p.ep > 1 and ops.stages[0].shape.moe_layers:  # the all-to-alls after each pass
+            yield self.env.timeout(forward * self.slow(devs))
+            yield from self.expert_alltoall(p, i, 0, tok, 2, it)  # dispatch and combine
+            if train:  # their gradients (and the forward's again under full recomputation)
+                yield self.env.timeout(ops.backward(0, tok, sq, recompute) * self.slow(devs))
+                yield from self.expert_alltoall(
+                    p, i, 0, tok, alltoalls_per_layer("training", recompute) - 2, it)
+        else:
+            dur = forward + (ops.backward(0, tok, sq, recompute) if train else 0.0)
+            yield self.env.timeout(dur * self.slow(devs))
         self.span("forward" if not train else "forward+backward", "tasklet", p.task, it, start,
                   devs, replica=i, stage=0)
 
@@ -492,7 +514,7 @@ class Simulation:
             for shape, stage in zip(shapes, replica, strict=True):
                 for d in stage:
                     gpu = self.cluster.devices[d].gpu.name
-                    t = shape.params * self.params.optimizer_step_hbm_bytes / p.dp / (
+                    t = shape.dp_sharded_params * self.params.optimizer_step_hbm_bytes / p.dp / (
                         topo.hbm_Bps[d] * self.params.efficiency(gpu, "hbm"))
                     worst = max(worst, t * self.slowdown[d])
         yield self.env.timeout(worst)
@@ -502,8 +524,7 @@ class Simulation:
         train = self.placements["actor_training"]
         if train.backend == "fsdp" and train.dp > 1:  # the shards gathered into full copies
             shape = self.model.shapes(train.task, train)[0]
-            yield self.env.process(self.ring(self.dp_ring(train),
-                                             shape.params * self.workload.bytes_per_value))
+            yield self.env.process(self.fsdp_rings(train, shape, self.workload.bytes_per_value))
         if train.ep > 1 and (self.pulls or self.local_copies):
             yield from self.expert_gather(train)
         procs = [self.env.process(self.move(src, dst, b, "weight_sync", it, "weights"))

@@ -104,7 +104,8 @@ class TransferTerms:
         of the two device grids and layer splits (not of the data shares), memoised per cluster
         and in this cost model. From an FSDP trainer the shards are first all-gathered over its
         group (as verl's state-dict gather does); then, like a Megatron replica's, each rank's
-        full copy is a source, never shared in place."""
+        full copy is a source, never shared in place. A trainer with expert parallelism (either
+        backend) then gathers each group's experts."""
         key = (gen.devices, gen.layers_per_stage, train.devices, train.layers_per_stage,
                train.backend, gen.ep, train.ep)
         if relay:
@@ -124,7 +125,7 @@ class TransferTerms:
                                          relay))
             if fsdp:
                 out += self._fsdp_comm_and_optimizer(train, self.shapes(train.task, train))[0][1]
-            elif train.ep > 1 and out > 0:  # the experts gathered before they are sent
+            if train.ep > 1 and out > 0:  # the experts gathered before they are sent
                 out += expert_gather_seconds(self.cluster, train, self.shapes(train.task, train),
                                              self.params)
             self._sync[key] = out

@@ -23,7 +23,8 @@ from hetrl.spec.tasks import COLOCATED_WITH
 from hetrl.spec.workload import WorkloadSpec
 
 #: (dp, pp, tp); (dp, 1, 1, backend) for an FSDP layout; (dp, pp, tp, ep) with an int ep > 1
-#: for a Megatron layout with expert parallelism (see :func:`with_backends`)
+#: for a Megatron layout with expert parallelism; (dp, 1, 1, backend, ep) for an FSDP one with
+#: expert parallelism (see :func:`with_backends`)
 Layout = tuple
 #: The FSDP layouts a training or inference task may take besides Megatron's: the backend
 #: string of a layout's fourth element and the placement fields it stands for.
@@ -36,14 +37,19 @@ def with_backends(kind: str, base: tuple[Layout, ...],
     """``base`` layouts of a task of ``kind`` plus, for training and inference when ``backends``
     (the workload's) has ``fsdp``, an FSDP variant (with and without offload) of each
     data-parallel-only one (pp = tp = 1); for a mixture-of-experts ``model``, each Megatron
-    layout with every expert parallelism it allows (:func:`expert_parallel_sizes`)."""
+    and FSDP layout with every expert parallelism it allows (:func:`expert_parallel_sizes`)."""
+    moe = model is not None and model.moe is not None
     out = base
-    if model is not None and model.moe is not None:
+    if moe:
         out = base + tuple((*x, ep) for x in base for ep in expert_parallel_sizes(model, x[0]))
     if kind == "generation" or "fsdp" not in backends:
         return out
-    return out + tuple((x[0], 1, 1, v) for x in base if x[1] == 1 and x[2] == 1
-                       for v in FSDP_VARIANTS)
+    flat = [x for x in base if x[1] == 1 and x[2] == 1]
+    out += tuple((x[0], 1, 1, v) for x in flat for v in FSDP_VARIANTS)
+    if moe:
+        out += tuple((x[0], 1, 1, v, ep) for x in flat for v in FSDP_VARIANTS
+                     for ep in expert_parallel_sizes(model, x[0]))
+    return out
 
 
 def expert_parallel_sizes(model: ModelShape, dp: int) -> tuple[int, ...]:
@@ -62,11 +68,11 @@ def expert_parallel_sizes(model: ModelShape, dp: int) -> tuple[int, ...]:
 
 def layout_key(lay: Layout) -> tuple:
     """A sort key over layouts of every kind (a Megatron layout first, then its expert-parallel
-    variants by ep, then its FSDP ones by name): the order of plain tuples where they compare,
-    and no int compared with a str."""
+    variants by ep, then its FSDP ones by name and ep): the order of plain tuples where they
+    compare, and no int compared with a str."""
     if len(lay) == 3:
         return (*lay, 0)
-    return (*lay[:3], 1 if type(lay[3]) is int else 2, lay[3])
+    return (*lay[:3], 1 if type(lay[3]) is int else 2, *lay[3:])
 
 
 def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool, int]:
@@ -76,7 +82,7 @@ def placement_fields(lay: Layout) -> tuple[int, int, int, str, bool, int]:
     if type(lay[3]) is int:
         return lay[0], lay[1], lay[2], "megatron", False, lay[3]
     backend, offload = FSDP_VARIANTS[lay[3]]
-    return lay[0], lay[1], lay[2], backend, offload, 1
+    return lay[0], lay[1], lay[2], backend, offload, lay[4] if len(lay) == 5 else 1
 MAX_TP = 8
 MAX_PP = 16
 
