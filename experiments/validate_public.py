@@ -293,7 +293,8 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     ratio ranges over plausible means); and the median
     ratio of the holdout step rows per class (``colocated``, ``disaggregated``: the issue's "no
     side" target is both near 1) with their counts. Peak-memory comparisons (primary or not)
-    are summarised apart: ``peak_memory``."""
+    are summarised apart: ``peak_memory``; ``infeasible`` lists the estimated rows (primary
+    comparisons, every split) whose plan does not fit the memory model although it ran."""
     memory = df[(df["status"] == "estimated") & (df["measure"] == "memory")]
     primary = df[df["primary"].astype(bool) & (df["measure"] != "memory")]
     estimated = primary[primary["status"] == "estimated"]
@@ -326,6 +327,8 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["skipped"][split] = int(((primary["split"] == split)
                                      & (primary["status"] == "skipped")).sum())
     out["within_band_share"]["all"] = float(ok["within_band"].mean()) if len(ok) else None
+    # issue 58's first target: rows that ran whose plan the memory model calls infeasible
+    out["infeasible"] = sorted(estimated[~estimated["feasible"].astype(bool)]["id"].tolist())
     out["gpu_pairs"] = gpu_pairs(df)
     # the step rows per framework profile (hetrl.cost.profiles) and split
     out["framework"] = {
@@ -480,6 +483,8 @@ def table(df: pd.DataFrame) -> str:
                                  f"{p['estimated_ratio']:.2f}) {p['error']:.3f} "
                                  f"{'hit' if p['within'] else 'miss'}"
                                  for p in s["gpu_pairs"]))
+    lines.append(f"rows that ran but do not fit the memory model: {len(s['infeasible'])}"
+                 + (f" ({', '.join(s['infeasible'])})" if s["infeasible"] else ""))
     mem = s["peak_memory"]
     if mem["comparisons"]:
         lines.append(f"peak memory (not pooled): {mem['within_band']} of {mem['comparisons']} "

@@ -321,3 +321,16 @@ def test_a_pair_of_one_job_on_two_gpu_types_holds_the_ratio_of_estimates_to_the_
     assert p["error"] == pytest.approx(ratio["T7"] / ratio["T10"], rel=1e-9)
     assert p["within"] == (1 / 1.2 <= p["error"] <= 1.2)
     assert "one job on two GPU types" in vp.table(df)
+
+
+def test_rows_that_ran_fit_the_memory_model_and_the_rest_are_listed(rows):
+    """Issue 58: real runs are not called impossible. S19/S20 (a reference forward at 32
+    sequences per micro-batch), T4 (selective checkpointing), T5 (FSDP with expert
+    parallelism) and W4 fit; T6 (FSDP with pipeline parallelism, written as Megatron's) is the
+    one left, and the summary lists it."""
+    chosen = [r for r in rows if r.id in ("S19", "S20", "T4", "T5", "T6", "W4")]
+    df = vp.validate(DEFAULT_PARAMS, chosen)
+    primary = df[df["primary"].astype(bool)].set_index("id")
+    assert primary["feasible"].astype(bool).to_dict() == {
+        "S19": True, "S20": True, "T4": True, "T5": True, "T6": False, "W4": True}
+    assert vp.summary(df)["infeasible"] == ["T6"]
