@@ -37,6 +37,7 @@ from hetrl.cost.expert_parallel import (
     expert_group_links,
     gradient_groups,
 )
+from hetrl.cost.flops import StageShape
 from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
@@ -377,7 +378,7 @@ class Simulation:
         if p.offload:  # the shards' host round trip, once per task call
             yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
 
-    def fsdp_rings(self, p: TaskPlacement, shape, per_param: float):
+    def fsdp_rings(self, p: TaskPlacement, shape: StageShape, per_param: float):
         """An FSDP group's collectives of ``per_param`` bytes per parameter: one ring over its dp
         ranks; with expert parallelism the non-expert parameters' ring over the dp ranks, then
         the experts' rings over the dp / ep ranks holding the same experts, all at once (as the

@@ -109,8 +109,8 @@ def megatron_task_seconds(kind: str, worst: ReplicaCost, steps: int, dp_s: float
     ``--overlap-grad-reduce`` (``overlap_micro_batches`` > 0: the slowest replica's
     micro-batches per step) only the sync's part not hidden behind the last micro-batch's
     backward (:func:`hetrl.cost.tasks.exposed_grad_sync`; ``flops_mult``: the training pass's
-    FLOPs over the forward's, :func:`hetrl.cost.flops.training_flops_mult`). ``offload_s``: the weights' and
-    states' trip to host memory and back, once per call (None: no offload)."""
+    FLOPs over the forward's, :func:`hetrl.cost.flops.training_flops_mult`). ``offload_s``: the
+    weights' and states' trip to host memory and back, once per call (None: no offload)."""
     parts = {k: v * steps for k, v in worst.parts.items()}
     seconds = worst.seconds * steps
     if kind == "training":

@@ -9,8 +9,8 @@ another): training -- activations of the micro-batches in flight under 1F1B (sta
 min(pp - j, m) of them; Korthikanti et al. 2022) plus one micro-batch's logits; inference -- the
 larger of a layer's live tensors and one micro-batch's logits with the hidden states that make
 them (a forward without gradients frees each layer's tensors; a micro-batch's tokens as costed:
-padded when padding is kept, :mod:`hetrl.cost.batching`); generation -- the KV cache, which takes what is
-left (vLLM-style), and must hold at least one max-length sequence.
+padded when padding is kept, :mod:`hetrl.cost.batching`); generation -- the KV cache, which
+takes what is left (vLLM-style), and must hold at least one max-length sequence.
 """
 
 from __future__ import annotations

@@ -211,8 +211,9 @@ class Arm:
                 whole = stage_shapes(shape, (shape.layers,), 1, info.role in LM_HEAD_ROLES,
                                      wl.bytes_per_value)[0]
                 mbs = micro_batching(wl, info.kind, task)
+                recompute = wl.task_recompute_mode(task)
                 need = sum(fsdp_memory_bytes(info.kind, whole, dp, wl.samples / dp, mbs,
-                                             self.model.L, prm, wl.task_recompute_mode(task), offload))
+                                             self.model.L, prm, recompute, offload))
             else:
                 per_param = wl.bytes_per_value + (prm.grad_bytes + prm.optimizer_state_bytes / dp
                                                   if training else 0.0)

@@ -276,8 +276,8 @@ class WorkloadSpec:
 
     def task_recompute_mode(self, task: str) -> str:
         """How ``task`` recomputes activations in its backward pass, one of
-        :data:`~hetrl.spec.task_batching.RECOMPUTE_MODES`: its own ``task_batching`` setting, else the workload's
-        ``recompute`` (false: "none", true: "full", "selective")."""
+        :data:`~hetrl.spec.task_batching.RECOMPUTE_MODES`: its own ``task_batching`` setting,
+        else the workload's ``recompute`` (false: "none", true: "full", "selective")."""
         own = self.task_batching_of(task)
         value = self.recompute if own is None or own.recompute is None else own.recompute
         return recompute_mode(value)
