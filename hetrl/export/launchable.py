@@ -33,9 +33,10 @@ def check_workload(framework: str, workload: WorkloadSpec) -> None:
 
         check_verl(workload)
     if framework == "openrlhf":
-        from hetrl.export.openrlhf import check_fp8
+        from hetrl.export.openrlhf import check_fp8, check_recompute
 
         check_fp8(workload)
+        check_recompute(workload)
 
 
 def launchable_plan(framework: str, plan: Plan, workload: WorkloadSpec,

@@ -347,14 +347,10 @@ def flags(layout: OpenRLHFLayout, workload: WorkloadSpec, cluster: ClusterSpec,
 
 def check_workload(workload: WorkloadSpec, layout: OpenRLHFLayout, cluster: ClusterSpec) -> None:
     """Refuse what OpenRLHF's own checks (train_ppo_ray.py's asserts) or its batch arithmetic
-    would refuse, and selective recomputation, which it has no flag for."""
+    would refuse, and selective recomputation, which it has no flag for
+    (:func:`check_recompute`)."""
     wl = workload
-    task = wl.selective_recompute_task()
-    if task is not None:
-        raise SpecError("recompute", "selective",
-                        f"OpenRLHF 0.11.2 has no selective checkpointing for {task} "
-                        "(--actor.gradient_checkpointing_enable is full recomputation): write "
-                        "true or false")
+    check_recompute(wl)
     samples = wl.batch_prompts * wl.responses_per_prompt
     if samples % wl.optimizer_steps:
         raise SpecError("optimizer_steps", wl.optimizer_steps,
@@ -382,6 +378,16 @@ def check_experts_and_fp8(plan: Plan, workload: WorkloadSpec) -> None:
                             "OpenRLHF 0.11.2 has no expert parallelism (train_ppo_ray has no "
                             "such flag): export a plan with ep 1, or --to verl")
     check_fp8(workload)
+
+
+def check_recompute(workload: WorkloadSpec) -> None:
+    """Refuse selective recomputation: OpenRLHF 0.11.2 has full gradient checkpointing only."""
+    task = workload.selective_recompute_task()
+    if task is not None:
+        raise SpecError("recompute", "selective",
+                        f"OpenRLHF 0.11.2 has no selective checkpointing for {task} "
+                        "(--actor.gradient_checkpointing_enable is full recomputation): write "
+                        "true or false")
 
 
 def check_fp8(workload: WorkloadSpec) -> None:

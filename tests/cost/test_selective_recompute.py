@@ -122,3 +122,16 @@ def test_the_exports_refuse_what_their_framework_cannot_run():
     with pytest.raises(SpecError, match="OpenRLHF 0.11.2 has no selective") as err:
         orl.check_workload(wl, None, None)
     assert err.value.field == "recompute"
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+def test_a_search_kept_to_a_framework_refuses_selective_before_it_starts(framework):
+    """`hetrl plan --launch-with` checks the workload once, before the search: a workload the
+    framework cannot run whatever the plan is refused naming the field, not searched until
+    every proposal has been refused."""
+    from hetrl.export.launchable import check_workload
+
+    wl = workload_preset("qwen3-8b-grpo-sync").with_(recompute="selective")
+    with pytest.raises(SpecError) as err:
+        check_workload(framework, wl)
+    assert err.value.field == "recompute"
