@@ -171,7 +171,7 @@ def _check_exclusions(row: Row, plan: Plan, workload: WorkloadSpec) -> None:
 COLUMNS = ["id", "kind", "split", "colocated", "primary", "quantity", "estimate_s", "measured_s",
            "ratio", "abs_log_ratio", "within_band", "status", "feasible", "gpu", "source_key",
            "reason", "lengths", "ratio_low", "ratio_high", "measure", "in_band", "framework",
-           "pair_of"]
+           "pair_of", "moe"]
 
 
 def _record(row: Row, **values: Any) -> dict[str, Any]:
@@ -192,9 +192,9 @@ def row_framework(row: Row) -> str:
 
 
 def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, float]], bool,
-                                                   list[str]]:
+                                                   list[str], bool]:
     """The row's estimate; per comparison (estimate, measured) in seconds; whether its plan is
-    co-located; the measured GPU types."""
+    co-located; the measured GPU types; whether its models include a mixture of experts."""
     workload = build_workload(row)
     cluster, measured = build_cluster(row)
     plan = build_plan(row, workload, cluster, measured)
@@ -215,7 +215,8 @@ def _priced(row: Row, params: CostParams) -> tuple[Estimate, list[tuple[float, f
                            f"{estimate!r} s (not positive)")
         pairs.append((estimate, measured_seconds(comp, workload)))
     gpus = sorted({cluster.device(d).gpu.name for d in plan.device_ids if d < measured})
-    return est, pairs, is_colocated(plan, workload), gpus
+    moe = any(workload.model(t.role).moe is not None for t in workload.tasks)
+    return est, pairs, is_colocated(plan, workload), gpus, moe
 
 
 def _ratio_ranges(row: Row, params: CostParams, ratios: list[float]
@@ -227,7 +228,7 @@ def _ratio_ranges(row: Row, params: CostParams, ratios: list[float]
         return [(None, None)] * len(ratios)
     spans = [[r] for r in ratios]
     for workload in plausible_workloads(row.workload):
-        _, pairs, _, _ = _priced(dataclasses.replace(row, workload=workload), params)
+        _, pairs, _, _, _ = _priced(dataclasses.replace(row, workload=workload), params)
         for span, (estimate, meas) in zip(spans, pairs, strict=True):
             span.append(estimate / meas)
     return [(min(span), max(span)) for span in spans]
@@ -241,7 +242,7 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
     if row.skip:
         return [_record(row, primary=True, quantity="-", status="skipped", reason=row.skip)]
     try:
-        est, pairs, colocated, gpus = _priced(row, params)
+        est, pairs, colocated, gpus, moe = _priced(row, params)
         ranges = _ratio_ranges(row, params, [e / m for e, m in pairs])
         records = []
         for i, (comp, (estimate, meas), (low, high)) in enumerate(
@@ -255,7 +256,7 @@ def estimate_row(row: Row, params: CostParams = DEFAULT_PARAMS) -> list[dict[str
                 abs_log_ratio=abs(math.log(ratio)), within_band=abs(ratio - 1) <= (MEMORY_BAND if memory else BAND),
                 measure="memory" if memory else "time",
                 status="estimated", feasible=bool(est.feasible), gpu="+".join(gpus),
-                reason=_reason(row, est), ratio_low=low, ratio_high=high))
+                reason=_reason(row, est), ratio_low=low, ratio_high=high, moe=moe))
         return records
     except Exception as exc:  # noqa: BLE001 -- one row's failure is reported, not fatal
         message = str(exc) if isinstance(exc, RowError) else f"{type(exc).__name__}: {exc}"
@@ -330,6 +331,11 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     # issue 58's first target: rows that ran whose plan the memory model calls infeasible
     out["infeasible"] = sorted(estimated[~estimated["feasible"].astype(bool)]["id"].tolist())
     out["gpu_pairs"] = gpu_pairs(df)
+    # issue 57's target: the mixture-of-experts holdout rows (published lengths)
+    moe = ok[(ok["split"] == "holdout") & ok["moe"].astype(bool)]
+    out["moe_holdout"] = {"rows": sorted(moe["id"].tolist()), "target": MOE_TARGET,
+                          "median_abs_log_ratio": (float(moe["abs_log_ratio"].median())
+                                                   if len(moe) else None)}
     # the step rows per framework profile (hetrl.cost.profiles) and split
     out["framework"] = {
         name: {split: {"rows": int(len(p := sub[sub["split"] == split])),
@@ -344,6 +350,9 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out["step_holdout_rows"][cls] = int(len(part))
     return out
 
+
+#: Issue 57's target for the mixture-of-experts holdout rows' median |ln(estimate / measured)|.
+MOE_TARGET = 0.25
 
 #: The band within which a pair's estimated ratio must hold the measured one (issue 58).
 PAIR_BAND = 0.20
@@ -483,6 +492,11 @@ def table(df: pd.DataFrame) -> str:
                                  f"{p['estimated_ratio']:.2f}) {p['error']:.3f} "
                                  f"{'hit' if p['within'] else 'miss'}"
                                  for p in s["gpu_pairs"]))
+    moe = s["moe_holdout"]
+    if moe["rows"]:
+        lines.append(f"mixture-of-experts holdout rows: median |ln(est/meas)| "
+                     f"{moe['median_abs_log_ratio']:.3f} over {len(moe['rows'])} (target <= "
+                     f"{moe['target']}): {', '.join(moe['rows'])}")
     lines.append(f"rows that ran but do not fit the memory model: {len(s['infeasible'])}"
                  + (f" ({', '.join(s['infeasible'])})" if s["infeasible"] else ""))
     mem = s["peak_memory"]

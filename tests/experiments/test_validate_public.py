@@ -219,11 +219,11 @@ def test_the_fit_reads_only_fit_rows_and_moves_only_their_kernels(rows):
 
 
 def test_rows_with_unknown_lengths_are_reported_apart_with_their_range(rows, quick):
-    """S8-S10 and S13 publish only length caps: each is also priced at plausible mean lengths
+    """S8-S11 and S13 publish only length caps: each is also priced at plausible mean lengths
     below its cap, carries the range of its ratios, and stays out of the pooled medians and the
     band's residuals."""
     unknown = [r for r in rows if r.lengths == "unknown"]
-    assert sorted(r.id for r in unknown) == ["S10", "S13", "S8", "S9"]
+    assert sorted(r.id for r in unknown) == ["S10", "S11", "S13", "S8", "S9"]
     s9 = [r for r in unknown if r.id == "S9"]
     df = pd.concat([quick, vp.validate(DEFAULT_PARAMS, s9)], ignore_index=True)
     row = df[(df["id"] == "S9") & df["primary"].astype(bool)].iloc[0]
@@ -334,3 +334,19 @@ def test_rows_that_ran_fit_the_memory_model_and_the_rest_are_listed(rows):
     assert primary["feasible"].astype(bool).to_dict() == {
         "S19": True, "S20": True, "T4": True, "T5": True, "T6": False, "W4": True}
     assert vp.summary(df)["infeasible"] == ["T6"]
+
+
+def test_moe_holdout_rows_are_summarised_against_issue_57s_target(rows):
+    """The mixture-of-experts rows are marked (``moe``) and their holdout median is summarised
+    and printed beside the target; a dense row is not counted, nor a row with unknown
+    lengths."""
+    chosen = [r for r in rows if r.id in ("W2", "T7", "S1", "S11")]
+    df = vp.validate(DEFAULT_PARAMS, chosen)
+    primary = df[df["primary"].astype(bool)].set_index("id")
+    assert primary["moe"].astype(bool).to_dict() == {"W2": True, "T7": True, "S1": False,
+                                                     "S11": True}
+    moe = vp.summary(df)["moe_holdout"]
+    assert moe["rows"] == ["T7", "W2"] and moe["target"] == vp.MOE_TARGET
+    assert moe["median_abs_log_ratio"] == pytest.approx(
+        primary.loc[["T7", "W2"], "abs_log_ratio"].median())
+    assert "mixture-of-experts holdout rows: median" in vp.table(df)
