@@ -28,7 +28,8 @@ def workload_doc() -> dict[str, Any]:
 def moe_workload_doc() -> dict[str, Any]:
     """The tiny workload with a mixture-of-experts model (a dense first layer, shared and
     routed experts) and FP8 rollouts, without sequence parallelism and with the actor's own
-    recomputation, run by OpenRLHF: the MoE, FP8, memory and framework fields to mutate."""
+    recomputation and a bf16 optimizer, run by OpenRLHF: the MoE, FP8, memory and framework
+    fields to mutate."""
     doc = workload_doc()
     doc["sequence_parallel"] = False
     doc["framework"] = "openrlhf"
@@ -38,6 +39,7 @@ def moe_workload_doc() -> dict[str, Any]:
     for model in doc["models"].values():
         model["moe"] = dict(moe)
     doc["gen_precision"] = "fp8"
+    doc["optimizer_precision"] = "bf16"
     return doc
 
 

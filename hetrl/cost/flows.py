@@ -94,6 +94,7 @@ def iteration_flows(plan: Plan, workload: WorkloadSpec, cluster: ClusterSpec,
     CostModel of this workload, cluster and params to reuse (its stage shapes and lengths)."""
     if model is None:
         model = CostModel(workload, cluster, params)
+    params = model.params  # (as the workload's framework and optimizer pay them)
     node = cluster.topology.node_of
     samples, seq_mean = workload.samples, model.L.seq_mean
     bpv = workload.bytes_per_value

@@ -28,12 +28,6 @@ from hetrl.cost.params import CostParams
 GATHERED_LAYERS = 2
 
 
-#: Bytes per parameter of the sharded parameters a trained FSDP model keeps: fp32, the master
-#: copy that ``CostParams.optimizer_state_bytes`` counts (verl loads the actor and the critic in
-#: fp32 and casts each gathered layer to bf16: MixedPrecision(param_dtype=bf16)).
-FP32_BYTES = 4
-
-
 def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int | Batching,
                       L: LengthStats, params: CostParams, recompute: bool | str, offload: bool
                       ) -> tuple[float, float, float]:
@@ -41,9 +35,11 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     "inference") task holding ``n`` sequences per optimizer step (``shape``: the whole model,
     pp = tp = 1).
 
-    Weights: the rank's parameter shard, / dp: in training the fp32 master copy
-    (:data:`FP32_BYTES`: FSDP keeps no separate bf16 shard), in inference the model's values
-    (the reference's bf16). The cost model counts it under the model's FSDP copy, so the
+    Weights: the rank's parameter shard, / dp: in training the master copy
+    (``params.master_weight_bytes``: fp32, as verl loads the actor and the critic and casts each
+    gathered layer to bf16 with MixedPrecision(param_dtype=bf16); FSDP keeps no separate bf16
+    shard) or, where the optimizer keeps none, the model's values; in inference the model's
+    values (the reference's bf16). The cost model counts it under the model's FSDP copy, so the
     model's FSDP tasks on the same devices share it (verl's actor computes old log-probs with
     the module it trains), while a co-located rollout engine holds its own copy, as vLLM does.
     States (training): fp32 gradients and the rest of the Adam states (m and v), each / dp;
@@ -62,9 +58,9 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     if offload:
         states = sharded * params.grad_bytes / dp if training else 0.0
     elif training:
-        weights = sharded * FP32_BYTES / dp
-        states = sharded * (params.grad_bytes + max(params.optimizer_state_bytes
-                                                    - FP32_BYTES, 0)) / dp
+        master = params.master_weight_bytes
+        weights = sharded * (master or value) / dp
+        states = sharded * (params.grad_bytes + params.optimizer_state_bytes - master) / dp
     else:
         weights, states = sharded * value / dp, 0.0
     tokens, _ = memory_tokens(n, mbs, L)  # one micro-batch's, as costed (padding included)

@@ -34,7 +34,7 @@ from hetrl.cost.model_forward import ForwardTerms
 from hetrl.cost.model_generation import GenerationTerms
 from hetrl.cost.model_memory import MemoryTerms
 from hetrl.cost.model_transfers import TransferTerms
-from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams, optimizer_params
 from hetrl.cost.primitives import node_symmetry
 from hetrl.cost.profiles import framework_params
 from hetrl.cost.replica import ReplicaHW, replica_hw
@@ -92,8 +92,10 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
                  params: CostParams = DEFAULT_PARAMS):
         self.workload = workload
         self.cluster = cluster
-        # the per-step costs of the framework that runs the job (hetrl.cost.profiles)
-        self.params = params = framework_params(params, workload.framework)
+        # the per-step costs of the framework that runs the job (hetrl.cost.profiles), the bytes
+        # per parameter its optimizer keeps
+        self.params = params = optimizer_params(framework_params(params, workload.framework),
+                                                workload.optimizer_precision)
         self.evaluations = 0
         own = self._own = OwnTables()
         # this cost model's tables (memo.OwnTables) under the names the terms use

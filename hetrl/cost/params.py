@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from numbers import Real
 from typing import Any
 
@@ -110,6 +110,9 @@ class CostParams:
     usable_memory_fraction: float = 0.92
     grad_bytes: int = 4  # bytes per gradient value kept and all-reduced (fp32 main grads)
     optimizer_state_bytes: int = 12  # fp32 master copy + Adam m and v, sharded over DP (ZeRO-1)
+    # of optimizer_state_bytes, the master copy of the weights (fp32): an FSDP rank keeps it as
+    # its weight shard (hetrl.cost.fsdp); 0 where the weights themselves are stepped
+    master_weight_bytes: int = 4
     optimizer_step_hbm_bytes: int = 32  # HBM traffic per parameter of one Adam step (read+write)
     # Korthikanti et al. 2022, flash attention: a GPT layer's (its MLP part is adapted to SwiGLU,
     # see hetrl.cost.flops.activation_coeff)
@@ -147,8 +150,9 @@ class CostParams:
                     f"unknown kernel kind; kinds: {list(KERNEL_KINDS)}")
             require(0 < value <= 1, f"params.per_gpu.{gpu}.{kind}", value, "must be in (0, 1]")
         for key in ("decode_step_overhead_s", "prefill_chunk_tokens", "usable_memory_fraction",
-                    "grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
-                    "activation_bytes_per_token_hidden", "host_link_GBps",
+                    "grad_bytes", "optimizer_state_bytes", "master_weight_bytes",
+                    "optimizer_step_hbm_bytes", "activation_bytes_per_token_hidden",
+                    "host_link_GBps",
                     "eager_launch_s_per_layer", "engine_switch_s", "graph_capture_s",
                     "sync_call_overhead_s",
                     "sync_bucket_bytes", "flops_half_hidden", "flops_reference_hidden",
@@ -157,7 +161,7 @@ class CostParams:
                     "micro_batch_overhead_s"):
             _number(f"params.{key}", getattr(self, key))
         for key in ("prefill_chunk_tokens", "grad_bytes", "optimizer_state_bytes",
-                    "optimizer_step_hbm_bytes"):
+                    "master_weight_bytes", "optimizer_step_hbm_bytes"):
             require(is_int(getattr(self, key)), f"params.{key}", getattr(self, key),
                     "must be an integer")
         for key in ("eager_launch_s_per_layer", "engine_switch_s", "graph_capture_s",
@@ -170,9 +174,13 @@ class CostParams:
                 self.flops_reference_hidden, "must be >= 1 (a hidden size)")
         require(self.host_link_GBps > 0, "params.host_link_GBps", self.host_link_GBps,
                 "must be > 0 GB/s")
-        for key in ("grad_bytes", "optimizer_state_bytes", "optimizer_step_hbm_bytes",
-                    "activation_bytes_per_token_hidden"):
+        for key in ("grad_bytes", "optimizer_state_bytes", "master_weight_bytes",
+                    "optimizer_step_hbm_bytes", "activation_bytes_per_token_hidden"):
             require(getattr(self, key) >= 0, f"params.{key}", getattr(self, key), "must be >= 0")
+        require(self.master_weight_bytes <= self.optimizer_state_bytes,
+                "params.master_weight_bytes", self.master_weight_bytes,
+                f"must be <= optimizer_state_bytes ({self.optimizer_state_bytes}): the master "
+                "copy is one of the optimizer's states")
         require(self.decode_step_overhead_s >= 0, "params.decode_step_overhead_s",
                 self.decode_step_overhead_s, "must be >= 0 seconds")
         require(self.prefill_chunk_tokens >= 1, "params.prefill_chunk_tokens",
@@ -293,3 +301,27 @@ def _number(field: str, value: Any) -> float:
 
 
 DEFAULT_PARAMS = CostParams()
+
+#: What an optimizer precision (``WorkloadSpec.optimizer_precision``) keeps per parameter, bytes.
+#: ``fp32``: CostParams' own -- mixed precision, fp32 main gradients, an fp32 master copy and fp32
+#: Adam m and v (Megatron's distributed optimizer, DeepSpeed's bf16 optimizer, verl's FSDP
+#: actor loaded in fp32). ``bf16``: the model cast to bf16 and stepped in place by
+#: ``torch.optim.Adam``, whose states take the parameters' dtype (``exp_avg =
+#: torch.zeros_like(p)``): bf16 gradients, m and v, no master copy (NeMo AutoModel's MoE
+#: benchmark recipes: the model's ``initialize_weights`` casts it to bf16, the optimizer is
+#: torch.optim.Adam). An Adam step then reads the weight, gradient, m and v and writes the
+#: weight, m and v: 7 values of 2 bytes.
+OPTIMIZER_PRECISIONS: dict[str, dict[str, int]] = {
+    "fp32": {},
+    "bf16": {"grad_bytes": 2, "optimizer_state_bytes": 4, "master_weight_bytes": 0,
+             "optimizer_step_hbm_bytes": 14},
+}
+
+
+@lru_cache(maxsize=64)
+def optimizer_params(params: CostParams, precision: str) -> CostParams:
+    """``params`` with the bytes per parameter that optimizer ``precision`` keeps
+    (:data:`OPTIMIZER_PRECISIONS`; the same object for the same arguments, and ``params`` itself
+    for ``fp32``)."""
+    bytes_of = OPTIMIZER_PRECISIONS[precision]
+    return replace(params, **bytes_of) if bytes_of else params

@@ -33,10 +33,11 @@ def check_workload(framework: str, workload: WorkloadSpec) -> None:
 
         check_verl(workload)
     if framework == "openrlhf":
-        from hetrl.export.openrlhf import check_fp8, check_recompute
+        from hetrl.export.openrlhf import check_fp8, check_optimizer, check_recompute
 
         check_fp8(workload)
         check_recompute(workload)
+        check_optimizer(workload)
 
 
 def launchable_plan(framework: str, plan: Plan, workload: WorkloadSpec,

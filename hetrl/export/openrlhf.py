@@ -347,10 +347,11 @@ def flags(layout: OpenRLHFLayout, workload: WorkloadSpec, cluster: ClusterSpec,
 
 def check_workload(workload: WorkloadSpec, layout: OpenRLHFLayout, cluster: ClusterSpec) -> None:
     """Refuse what OpenRLHF's own checks (train_ppo_ray.py's asserts) or its batch arithmetic
-    would refuse, and selective recomputation, which it has no flag for
-    (:func:`check_recompute`)."""
+    would refuse, and selective recomputation and a bf16 optimizer, which it has no flag for
+    (:func:`check_recompute`, :func:`check_optimizer`)."""
     wl = workload
     check_recompute(wl)
+    check_optimizer(wl)
     samples = wl.batch_prompts * wl.responses_per_prompt
     if samples % wl.optimizer_steps:
         raise SpecError("optimizer_steps", wl.optimizer_steps,
@@ -388,6 +389,15 @@ def check_recompute(workload: WorkloadSpec) -> None:
                         f"OpenRLHF 0.11.2 has no selective checkpointing for {task} "
                         "(--actor.gradient_checkpointing_enable is full recomputation): write "
                         "true or false")
+
+
+def check_optimizer(workload: WorkloadSpec) -> None:
+    """Refuse a bf16 optimizer: OpenRLHF 0.11.2 trains with DeepSpeed's bf16 mixed precision,
+    which keeps fp32 master weights and Adam states."""
+    if workload.optimizer_precision != "fp32":
+        raise SpecError("optimizer_precision", workload.optimizer_precision,
+                        "OpenRLHF 0.11.2 trains with DeepSpeed's bf16 mixed precision (fp32 "
+                        "master weights and Adam states): write fp32")
 
 
 def check_fp8(workload: WorkloadSpec) -> None:

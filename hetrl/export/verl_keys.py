@@ -105,7 +105,7 @@ def ref_stage_override(layout) -> tuple[int | None, int | None] | None:
 def check_workload(workload: WorkloadSpec) -> None:
     """Refuse (SpecError) a workload verl runs with no plan: ppo_mini_batch_size is a whole
     number of prompts, so optimizer_steps must divide batch_prompts; and selective
-    recomputation, which verl has no setting for."""
+    recomputation and a bf16 optimizer, which the export has no setting for."""
     task = workload.selective_recompute_task()
     if task is not None:
         raise SpecError("recompute", "selective",
@@ -113,6 +113,11 @@ def check_workload(workload: WorkloadSpec) -> None:
                         "(enable_gradient_checkpointing is full recomputation; Megatron's "
                         "selective granularity recomputes the attention core only): write true "
                         "or false")
+    if workload.optimizer_precision != "fp32":
+        raise SpecError("optimizer_precision", workload.optimizer_precision,
+                        "the verl export trains with fp32 master weights and Adam states "
+                        "(Megatron's distributed optimizer; FSDP with fsdp_config.model_dtype "
+                        "fp32, verl's default): write fp32")
     if workload.batch_prompts % workload.optimizer_steps:
         raise SpecError("optimizer_steps", workload.optimizer_steps,
                         f"must divide batch_prompts ({workload.batch_prompts}): verl's "

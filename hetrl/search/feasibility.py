@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetrl.cost.params import DEFAULT_PARAMS, CostParams
+from hetrl.cost.params import DEFAULT_PARAMS, CostParams, optimizer_params
 from hetrl.errors import InfeasibleError
 from hetrl.spec.cluster import ClusterSpec
 from hetrl.spec.workload import WorkloadSpec
@@ -12,6 +12,7 @@ def minimum_memory_bytes(workload: WorkloadSpec, params: CostParams = DEFAULT_PA
     """Bytes that must be resident somewhere: every model's weights once (the reference and
     reward models, the actor once -- twice in async mode -- and the critic), plus gradients and
     optimizer states of the trained models (optimizer states shard over all devices at best)."""
+    params = optimizer_params(params, workload.optimizer_precision)
     total = 0.0
     bpv = workload.bytes_per_value
     for role, model in workload.models:

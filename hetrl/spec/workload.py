@@ -26,6 +26,8 @@ MODES = ("sync", "async")
 #: FP8 weights and KV cache (1 byte, :attr:`WorkloadSpec.gen_fp8`).
 PRECISIONS = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 OPTIMIZERS = ("adam", "adamw")
+#: The precisions an optimizer keeps its states in (hetrl.cost.params.OPTIMIZER_PRECISIONS).
+OPTIMIZER_PRECISIONS = ("fp32", "bf16")
 #: What a padded micro-batch pads its sequences to (``remove_padding: false``).
 PAD_TO = ("longest", "max")
 #: Version 2 added ``recompute_logprobs`` and ``backends``; a version-1 file (or trace) that
@@ -94,6 +96,10 @@ class WorkloadSpec:
     holds its weights and KV cache in one byte (vLLM ``quantization: fp8``,
     ``kv_cache_dtype: fp8``) and runs its matmuls at the FP8 peak. FP8 needs a GPU type with
     FP8 tensor cores (``fp8_tflops`` in the GPU table).
+    ``optimizer_precision``: what the trained models' optimizer keeps per parameter: ``fp32``
+    (mixed precision: fp32 gradients, master weights and Adam states, as Megatron, DeepSpeed and
+    verl train) or ``bf16`` (the bf16 weights stepped in place, bf16 gradients and Adam states,
+    no master copy, as torch.optim.Adam over a bf16 model does).
     ``framework``: the RL framework that runs the job (:data:`FRAMEWORKS`), whose per-step
     costs (its controller's calls, the batch its driver moves, its per-micro-batch loop) the
     estimate charges: its profile in hetrl.cost.profiles (default ``verl``).
@@ -110,6 +116,7 @@ class WorkloadSpec:
     staleness: int = 0
     precision: str = "bf16"
     optimizer: str = "adam"
+    optimizer_precision: str = "fp32"
     micro_batch_size: int = 4
     inference_micro_batch_size: int = 16
     micro_batch_tokens: int | None = None
@@ -168,7 +175,7 @@ class WorkloadSpec:
                 "gen_sleep_level", self.gen_sleep_level,
                 "must be 1 (weights to host memory) or 2 (weights discarded), vLLM's sleep "
                 "levels, or 0 (no sleep mode: the engine restarts cold)")
-        for key in ("precision", "optimizer", "pad_to"):
+        for key in ("precision", "optimizer", "optimizer_precision", "pad_to"):
             require(isinstance(getattr(self, key), str), key, getattr(self, key),
                     "must be a string")
         require(isinstance(self.prompt_length, LengthDist), "prompt_length", self.prompt_length,
@@ -225,6 +232,8 @@ class WorkloadSpec:
                 f"must be one of {list(PRECISIONS)} or null (precision's)")
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
                 f"must be one of {list(OPTIMIZERS)}")
+        require(self.optimizer_precision in OPTIMIZER_PRECISIONS, "optimizer_precision",
+                self.optimizer_precision, f"must be one of {list(OPTIMIZER_PRECISIONS)}")
         require(is_int(self.schema_version) and self.schema_version in READABLE_VERSIONS,
                 "schema_version", self.schema_version,
                 f"this hetrl reads versions {list(READABLE_VERSIONS)}")
@@ -388,6 +397,8 @@ class WorkloadSpec:
             # (written only when off: the workloads written before it read as they did)
             **({} if self.sequence_parallel else {"sequence_parallel": False}),
             **({} if self.framework == "verl" else {"framework": self.framework}),
+            **({} if self.optimizer_precision == "fp32"
+               else {"optimizer_precision": self.optimizer_precision}),
         }
 
     @classmethod
