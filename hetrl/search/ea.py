@@ -32,11 +32,12 @@ from hetrl.cost.batching import micro_batching
 from hetrl.cost.flops import LM_HEAD_ROLES, stage_shapes
 from hetrl.cost.fsdp import fsdp_memory_bytes
 from hetrl.cost.model import CostModel
+from hetrl.search.arm_view import PolishSpace
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype, candidate_layouts, candidate_sub_layouts, decode
 from hetrl.search.kernels import locality_swaps
 from hetrl.search.options import SHAOptions
-from hetrl.search.polish import Polisher, PolishSpace
+from hetrl.search.polish import Polisher
 from hetrl.search.space import Layout, aligned, layout_key, placement_fields
 
 AFF_NODE, AFF_ZONE, AFF_REGION = 4, 2, 1

@@ -7,21 +7,17 @@ orders as kicks"; "Type windows as kicks")."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from hetrl.search.arm_view import KickSource
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
 from hetrl.search.options import PolishOptions
-
-if TYPE_CHECKING:
-    from hetrl.search.polish import Polisher
 
 
 class Kicks:
     """The kicks of one polisher: how many were made, and what is left to try since its arm's
     best last improved (:meth:`new_best` starts over)."""
 
-    def __init__(self, polisher: Polisher):
+    def __init__(self, polisher: KickSource):
         self.polisher = polisher
         #: kicks so far, and type-block orders tried since the best last improved
         self.count = 0
@@ -65,7 +61,7 @@ class Kicks:
 
     def window_kick(self, ev: Evaluator, g: Genotype) -> Genotype | None:
         """The next of ``g``'s tasks moved alone onto a type window of its group
-        (:meth:`Polisher._window_runs`) it is not on, its layout a first guess there: every such
+        (:meth:`Polisher.window_runs <hetrl.search.polish.Polisher.window_runs>`) it is not on, its layout a first guess there: every such
         move is priced once (one evaluation each) when the first is asked for, and they come
         best-priced first, each once; None when none is left. A pass from such a start splits
         and sweeps from another base, which can lead where no pass from the local optimum
@@ -74,7 +70,7 @@ class Kicks:
         if self.windows is None:
             moves = []
             for t, _ in g.layouts:  # the moves the pass's type-window screen builds
-                for run in p._window_runs(t, g):
+                for run in p.window_runs(t, g):
                     if run.genotype != g:
                         moves.append((p.arm.fitness(ev, run.genotype), len(moves), run.genotype))
             self.windows = [h for _, _, h in sorted(moves, key=lambda x: x[:2])]

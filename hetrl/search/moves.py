@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
 
+from hetrl.search.arm_view import PolishArm, PolishSpace
 from hetrl.search.base import INFEASIBLE_PENALTY_S, Evaluator
 from hetrl.search.genome import Genotype
 from hetrl.search.options import PolishOptions
 from hetrl.search.space import Layout
-
-if TYPE_CHECKING:  # (polish.py imports this module)
-    from hetrl.search.polish import PolishArm, PolishSpace
 
 
 def offsets(used: int, n: int) -> range:

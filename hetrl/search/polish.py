@@ -12,8 +12,10 @@ nothing, the next starts from the best kicked (iterated local search, :mod:`hetr
 docs/search.md says what each step does; docs/search-history.md why.
 
 A :class:`Polisher` belongs to one arm of :mod:`hetrl.search.ea`, which it sees through two narrow
-interfaces: :class:`PolishArm` (price, move, adopt) and :class:`PolishSpace` (the arm's layouts
-and facts); it takes its own :class:`~hetrl.search.options.PolishOptions`. The pass is a
+interfaces (:mod:`hetrl.search.arm_view`): :class:`PolishArm` (price, move, adopt) and
+:class:`PolishSpace` (the arm's layouts and facts); it takes its own
+:class:`~hetrl.search.options.PolishOptions`. Imports go one way: ``polish`` -> ``kicks``,
+``moves`` -> ``arm_view``. The pass is a
 generator, so a pass stopped at a cap resumes later.
 """
 
@@ -24,58 +26,14 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
 
+from hetrl.search.arm_view import PolishArm, PolishSpace
 from hetrl.search.base import Evaluator
 from hetrl.search.genome import Genotype
 from hetrl.search.kicks import Kicks
 from hetrl.search.moves import TaskMoves, offsets, rank
 from hetrl.search.options import PolishOptions
-from hetrl.search.space import Layout, aligned
-from hetrl.spec.workload import WorkloadSpec
-
-
-class PolishArm(Protocol):
-    """What the polish does with the arm it polishes: read its population and best, price a
-    genotype (counted against the arm), move a genotype at random, and hand back its best."""
-
-    population: list[tuple[float, Genotype]]
-    best: float
-    evaluations: int
-
-    def fitness(self, ev: Evaluator, g: Genotype) -> float: ...
-
-    def mutate(self, g: Genotype) -> Genotype: ...
-
-    def adopt(self, state: list) -> None: ...
-
-
-@dataclass(frozen=True)
-class PolishSpace:
-    """What the polish reads of an arm's search space (fixed when the arm is made)."""
-
-    workload: WorkloadSpec
-    groups: tuple[tuple[str, ...], ...]
-    #: per task: the index of its group, and its group's GPU count
-    group_of: dict[str, int]
-    group_size: dict[str, int]
-    #: per task: its full-group layouts, its part-of-group ones, and those by GPUs used
-    layout_options: dict[str, Any]
-    sub_options: dict[str, tuple[Layout, ...]]
-    sub_by_used: dict[str, dict[int, tuple[Layout, ...]]]
-    #: per-device keys (:class:`hetrl.search.ea.DeviceFacts`: gpu, node, memory)
-    facts: Any
-    node_size: int
-    training: frozenset[str]
-    #: whether the search tries the weight sync's relay
-    relay_gene: bool
-    #: a task's own bytes per GPU on a layout, and the share of a GPU's memory they may take
-    need: Any
-    room: float
-
-    def aligned(self, used: int, n: int) -> bool:
-        """:func:`hetrl.search.space.aligned` on this arm's node size."""
-        return aligned(used, n, self.node_size)
+from hetrl.search.space import Layout
 
 
 @dataclass
@@ -276,7 +234,7 @@ class Polisher:
                     g = g.with_layout(t, self.moves.first_guess(t, o, g, s))
                 yield _SplitRun((order, ms), opts, g)
 
-    def _window_runs(self, t: str, base: Genotype) -> Iterator[_SplitRun]:
+    def window_runs(self, t: str, base: Genotype) -> Iterator[_SplitRun]:
         """One :class:`_SplitRun` per type window of task ``t``'s group (:meth:`type_windows`):
         ``t`` on the window, on a first guess (``TaskMoves.first_guess``); no evaluation."""
         for off, m in self.type_windows(base, self.space.group_of[t]):
@@ -539,7 +497,7 @@ class Polisher:
         sets = []
         for tasks, split_base in todo:
             runs: list[_SplitRun] = []
-            built = (self._window_runs(tasks[0], split_base) if len(tasks) == 1
+            built = (self.window_runs(tasks[0], split_base) if len(tasks) == 1
                      else self._split_runs(tasks, size[tasks[0]], split_base))
             yield from self._screen(ev, built, trial, runs)
             sets.append((min((r.fitness for r in runs), default=math.inf), len(sets), tasks,

@@ -1021,7 +1021,7 @@ def test_type_windows_hold_each_gpu_type_and_all_but_one_and_are_screened_with_t
     seen = []
     for _ in p._screened_splits(ev, base, lambda g, f: seen.append(g)):
         pass
-    runs = {t: list(p._window_runs(t, base)) for t in tasks}
+    runs = {t: list(p.window_runs(t, base)) for t in tasks}
     count = sum(len(r) for r in runs.values())
     assert count == sum(1 for t in tasks for _, m in windows if p.space.sub_by_used[t].get(m))
     splits = sum(len(list(p._split_runs(s, 64, p._split_base(base, s)))) for s in p._splits())
