@@ -76,3 +76,18 @@ def shortfall_row(wide: pd.DataFrame, ours: str, baselines: Iterable[str], what:
     return {"what": what, "ours": text, "paper": paper,
             "reading": f"target met: {target}" if not below and cells else
             ("no cells to compare" if not cells else f"target missed: {target}")}
+
+
+def range_reading(ours: tuple[float, float], ref: tuple[float, float] | None) -> str:
+    """How our (lowest, highest) ratio over the cells reads against the paper's range: inside,
+    overlapping, below or above it (fig3, fig10)."""
+    if ref is None:
+        return "paper gives no range"
+    lo, hi = ours
+    if lo >= ref[0] and hi <= ref[1]:
+        return "inside the paper's range"
+    if hi < ref[0]:
+        return "below the paper's range: our baselines fare better in our cost model/simulator"
+    if lo > ref[1]:
+        return "above the paper's range: our baselines fare worse here"
+    return "overlaps the paper's range"

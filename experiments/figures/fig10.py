@@ -20,7 +20,13 @@ from experiments.figures._plot import (
     spread_note,
     suptitle,
 )
-from experiments.figures._stats import paired, ratio_text, shortfall_row, with_seed
+from experiments.figures._stats import (
+    paired,
+    range_reading,
+    ratio_text,
+    shortfall_row,
+    with_seed,
+)
 from experiments.framework import Config, Figure, register
 
 CLUSTERS = {"24 A100": "paper24-a100-single-region", "24 A100 + 24 L40S": "paper48-a100-l40s-single-region",
@@ -98,8 +104,7 @@ class Fig10(Figure):
             rows.append({"what": f"{job}: HetRL / verl over the GPU combinations (per seed)",
                          "ours": ratio_text(r, {"combo": "combination", "seed": "seed"}),
                          "paper": f"{ref[0]:.2f}-{ref[1]:.2f}" if ref else "-",
-                         "reading": "inside" if ref and r.min() >= ref[0] and r.max() <= ref[1] else
-                         "outside the paper's range (see fig3's reading)"})
+                         "reading": range_reading((float(r.min()), float(r.max())), ref)})
         rows.append(shortfall_row(wide, "hetrl", ["verl"],
                                   "cells where HetRL is below verl (combination x job x seed)",
                                   "HetRL ahead of verl", "HetRL >= verl for every combination, job and seed"))

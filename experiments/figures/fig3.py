@@ -22,7 +22,13 @@ from experiments.figures._plot import (
     spread_note,
     suptitle,
 )
-from experiments.figures._stats import paired, ratio_text, shortfall_row, with_seed
+from experiments.figures._stats import (
+    paired,
+    range_reading,
+    ratio_text,
+    shortfall_row,
+    with_seed,
+)
 from experiments.framework import Config, Figure, register
 
 SCENARIOS = ("single-region", "multi-region-hybrid", "multi-country", "multi-continent")
@@ -108,22 +114,9 @@ class Fig3(Figure):
                 rows.append({"what": f"{scenario}: {label} (per seed)",
                              "ours": ratio_text(ratio, {("size", "algorithm"): "job", "seed": "seed"}),
                              "paper": "similar" if ref is None else f"{ref[0]:.2f}-{ref[1]:.2f}",
-                             "reading": _reading(ours, ref)})
+                             "reading": range_reading(ours, ref)})
         rows.append(shortfall_row(
             wide, "hetrl", [b for b in wide.columns if b != "hetrl"],
             "cells where HetRL's throughput is below a baseline's (scenario x job x seed x baseline)",
             "HetRL ahead of every baseline", "HetRL >= every baseline in every cell and seed"))
         return rows
-
-
-def _reading(ours: tuple[float, float], ref: tuple[float, float] | None) -> str:
-    if ref is None:
-        return "paper gives no range"
-    lo, hi = ours
-    if lo >= ref[0] and hi <= ref[1]:
-        return "inside the paper's range"
-    if hi < ref[0]:
-        return "below the paper's range: our baselines fare better in our cost model/simulator"
-    if lo > ref[1]:
-        return "above the paper's range: our baselines fare worse here"
-    return "overlaps the paper's range"

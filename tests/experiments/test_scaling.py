@@ -71,7 +71,23 @@ def test_summary_reads_the_table():
     assert rows[0]["reading"].startswith("slower at 128 -> 256 GPUs")
     # 256 GPUs: cost-model bound 1 s, physical 0.25 s, plan 14 s
     assert rows[1]["ours"] == "after 0.5 s, 1,500 evaluations, 0.07 / 0.02"
-    assert rows[2]["ours"] == "5.71x" and rows[2]["reading"] == "HetRL faster"
+    assert rows[2]["reading"] == "verl's plan does not use every GPU at every size"
+    assert rows[3]["ours"] == "5.71x" and rows[3]["reading"] == "HetRL faster"
+
+
+def test_verl_doubling_says_why_its_plan_slows():
+    """verl's plan on every GPU it is given, its DP syncs growing: the reading says so, with the
+    GPUs HetRL leaves idle."""
+    t = table()
+    t["gpus_used"] = t["gpus"]
+    t.loc[(t["scheduler"] == "hetrl") & (t["gpus"] == 256), "gpus_used"] = 40
+    t["train_dp_s"] = t["gpus"] / 8.0
+    row = Scaling().summary(t)[2]
+    assert row["ours"] == "64: 50.0 s on 64, 128: 60.0 s on 128, 256: 80.0 s on 256"
+    assert row["reading"].startswith("verl runs every task on all the GPUs it is given")
+    assert "slower at 64 -> 128, 128 -> 256 GPUs" in row["reading"]
+    assert "data-parallel syncs take 64: 8.0 s, 128: 16.0 s, 256: 32.0 s" in row["reading"]
+    assert row["reading"].endswith("(GPUs used, 256: 40)")
 
 
 def test_plot_draws(tmp_path):
