@@ -173,6 +173,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def launchable_line(rec: dict) -> str:
     """The line ``hetrl plan`` prints for ``hetrl.export.launchable.best_verl_launch``."""
+    if rec.get("workload_launchable") is False:  # (no plan of it: no search to suggest)
+        return f"  verl runs no plan of this workload ({rec['why_not']})"
     if rec["why_not"] is not None:
         this = f"verl cannot launch this plan ({rec['why_not']})"
     elif not rec["feasible"]:

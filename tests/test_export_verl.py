@@ -545,3 +545,25 @@ def test_plan_says_how_verl_would_launch_its_best_plan(capsys, tmp_path):
     code, text, _ = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "300", "-o",
                         tmp_path / "p.json")
     assert "verl would launch it" in text and "--launch-with verl" in text
+
+
+def test_plan_of_a_workload_verl_cannot_run_suggests_no_launch_search(capsys, tmp_path):
+    """A workload verl runs no plan of (a bf16 optimizer): `hetrl plan` says so once, without
+    suggesting `--launch-with verl` (which refuses the workload), and --json says
+    workload_launchable false."""
+    wl = load_workload("examples/workload-llama8b-grpo-rule.yaml").with_(
+        optimizer_precision="bf16")
+    w = tmp_path / "w.yaml"
+    w.write_text(yaml.safe_dump(wl.to_dict()))
+    c = "examples/cluster-fleet.yaml"
+    code, text, err = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "100", "-o",
+                          tmp_path / "p.json", "--json")
+    assert code == 0, err
+    rec = json.loads(text)["launchable"]
+    assert rec["workload_launchable"] is False and "optimizer_precision" in rec["why_not"]
+    code, text, _ = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "100", "-o",
+                        tmp_path / "p.json")
+    assert "verl runs no plan of this workload" in text and "--launch-with" not in text
+    code, _, err = run(capsys, "plan", "-w", w, "-c", c, "--budget-evals", "100", "-o",
+                       tmp_path / "q.json", "--launch-with", "verl")
+    assert code == 2 and "optimizer_precision" in err

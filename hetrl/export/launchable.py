@@ -136,7 +136,8 @@ def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dic
     """:func:`as_verl_runs_it` of ``plan``, and the best verl-launchable plan known here: the
     faster of ``plan`` as verl runs it and verl's own placements (:data:`OWN_SCHEDULERS`,
     launched, :data:`OWN_PLACEMENT_EVALS` evaluations each) -- ``best_launchable_s``, its
-    ``best_launchable_gap`` to ``est`` and ``best_launchable_from``."""
+    ``best_launchable_gap`` to ``est`` and ``best_launchable_from``; ``workload_launchable``
+    false where verl runs no plan of the workload at all (its ``why_not`` says why)."""
     from hetrl.search import Budget
 
     out = as_verl_runs_it(plan, workload, cluster, params, est)
@@ -146,7 +147,7 @@ def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dic
         check_workload("verl", workload)
     except SpecError:
         return {**out, "best_launchable_s": None, "best_launchable_gap": None,
-                "best_launchable_from": None}
+                "best_launchable_from": None, "workload_launchable": False}
     own = own_placements("verl", verl_workload, cluster, params,
                          Budget(evaluations=OWN_PLACEMENT_EVALS, seed=seed),
                          projection("verl", verl_workload, cluster))
@@ -155,4 +156,4 @@ def best_verl_launch(plan, workload, cluster, params, est, seed: int = 0) -> dic
             best = (r.estimate.iteration_s, f"{name}'s placement")
     return {**out, "best_launchable_s": best[0],
             "best_launchable_gap": None if best[0] is None else best[0] / est.iteration_s,
-            "best_launchable_from": best[1]}
+            "best_launchable_from": best[1], "workload_launchable": True}
