@@ -81,16 +81,19 @@ class Scaling(Figure):
                 wl, cluster, Budget(seconds=cell["seconds"], seed=cell["seed"]))
         except HetrlError as exc:  # nothing found that fits, or no evaluation, in the budget
             return [{**row, "search_s": float("nan"), "evaluations": float("nan"),
-                     "train_dp_s": float("nan"), "first_valid_s": float("nan"), "iteration_s": float("nan"), "gpus_used": 0,
+                     "train_dp_s": float("nan"), "first_valid_s": float("nan"),
+                     "iteration_s": float("nan"), "gpus_used": 0, "every_task_everywhere": False,
                      "fraction_of_bound": 0.0, "fraction_of_model_bound": 0.0,
                      "infeasible": str(exc)}]
         it = r.estimate.iteration_s
         # the training tasks' exposed data-parallel syncs (seconds): what a wider group pays
-        dp_s = sum(parts.get("dp", 0.0) for t, parts in r.estimate.parts.items()
+        dp_s = sum(r.estimate.parts[t].get("dp", 0.0) for t in wl.task_names
                    if wl.task(t).kind == "training")
+        everywhere = all(len(set(p.device_ids)) == cluster.num_devices
+                         for p in r.plan.placements)
         return [{**row, "search_s": r.elapsed_s, "evaluations": r.evaluations, "train_dp_s": dp_s,
                  "first_valid_s": first_valid_s(r.history), "iteration_s": it,
-                 "gpus_used": len(r.plan.device_ids),
+                 "gpus_used": len(r.plan.device_ids), "every_task_everywhere": everywhere,
                  "fraction_of_bound": row["lower_bound_s"] / it,
                  "fraction_of_model_bound": row["model_bound_s"] / it, "infeasible": ""}]
 
@@ -160,7 +163,8 @@ class Scaling(Figure):
                  "paper": "not reported (64 GPUs only)",
                  "reading": "a valid plan at this scale; the gap to the cost-model bound is "
                             "the search's or the bound's (a bound, not an optimum)"}]
-        cols = ["iteration_s", "gpus_used"] + (["train_dp_s"] if "train_dp_s" in table else [])
+        cols = ["iteration_s", "gpus_used"] + [c for c in ("train_dp_s", "every_task_everywhere")
+                                                if c in table]
         verl = table[table["scheduler"] == "verl"].groupby("gpus")[cols].mean()
         if len(verl) >= 2:
             rows.append(verl_doubling_row(verl, h))
@@ -174,32 +178,39 @@ class Scaling(Figure):
 
 
 def verl_doubling_row(verl: pd.DataFrame, hetrl: pd.DataFrame) -> dict[str, str]:
-    """verl's plan as the GPUs double (iteration seconds and GPUs used per size) and why it
-    moves as it does: verl's scheduler puts every task on every GPU of the pool (its hybrid
-    engine), so a larger cluster is not a superset of choices for it but a wider data-parallel
-    group -- more regions on its rings, weaker GPUs among its replicas."""
-    sizes = [int(g) for g in verl.index]
-    times = [float(t) for t in verl["iteration_s"]]
-    used = [float(u) for u in verl["gpus_used"]]
-    everywhere = all(u == g for u, g in zip(used, sizes, strict=True))
+    """verl's plan as the GPUs double (iteration seconds and GPUs used per size; ``verl``: its
+    cells' means by size) and why it moves as it does. Where every task of its plans ran on
+    every GPU of the cluster (``every_task_everywhere``: its hybrid engine over the whole pool),
+    a larger cluster is not a superset of choices for it but a wider data-parallel group --
+    more regions on its rings, weaker GPUs among its replicas; the training's DP syncs
+    (``train_dp_s``) show it. A size without a plan says so."""
+    planned = verl[np.isfinite(verl["iteration_s"])]
+    failed = [int(g) for g in verl.index if g not in planned.index]
+    sizes = [int(g) for g in planned.index]
+    times = [float(t) for t in planned["iteration_s"]]
+    used = [float(u) for u in planned["gpus_used"]]
     slower = [f"{a} -> {b}" for a, b, ta, tb in zip(sizes, sizes[1:], times, times[1:],
                                                      strict=False) if tb > ta * 1.01]
     idle = [f"{g}: {hetrl.loc[g, 'gpus_used']:.0f}" for g in sizes
             if g in hetrl.index and "gpus_used" in hetrl and hetrl.loc[g, "gpus_used"] < g]
+    everywhere = "every_task_everywhere" in planned and bool(
+        (planned["every_task_everywhere"] == 1).all())
     if everywhere:
         reading = ("verl runs every task on all the GPUs it is given (its hybrid engine over the "
                    "whole pool), so each doubling widens its data-parallel groups over more "
                    "regions and weaker GPUs instead of adding a choice")
-        if slower:
-            reading += f"; slower at {', '.join(slower)} GPUs"
-        if "train_dp_s" in verl:
-            reading += ("; its training's data-parallel syncs take "
-                        + ", ".join(f"{g}: {_fmt(float(d))}" for g, d in
-                                    zip(sizes, verl["train_dp_s"], strict=True)))
-        if idle:
-            reading += f"; HetRL leaves GPUs idle where they would slow it (GPUs used, {', '.join(idle)})"
     else:
-        reading = "verl's plan does not use every GPU at every size"
+        reading = "verl's plans do not run every task on every GPU at every size"
+    if slower:
+        reading += f"; slower at {', '.join(slower)} GPUs"
+    if "train_dp_s" in planned:
+        reading += ("; its training's data-parallel syncs take "
+                    + ", ".join(f"{g}: {_fmt(float(d))}" for g, d in
+                                zip(sizes, planned["train_dp_s"], strict=True)))
+    if idle:
+        reading += f"; HetRL leaves GPUs idle where they would slow it (GPUs used, {', '.join(idle)})"
+    if failed:
+        reading += f"; no verl plan at {', '.join(map(str, failed))} GPUs"
     return {"what": "verl's plan as the GPUs double (iteration time, GPUs used)",
             "ours": ", ".join(f"{g}: {_fmt(t)} on {u:.0f}" for g, t, u in
                               zip(sizes, times, used, strict=True)),

@@ -42,7 +42,8 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     values (the reference's bf16). The cost model counts it under the model's FSDP copy, so the
     model's FSDP tasks on the same devices share it (verl's actor computes old log-probs with
     the module it trains), while a co-located rollout engine holds its own copy, as vLLM does.
-    States (training): fp32 gradients and the rest of the Adam states (m and v), each / dp;
+    States (training): the gradients (``grad_bytes``) and the rest of the optimizer states (Adam
+    m and v), each / dp;
     offload: the parameters and optimizer states in host memory, the gradient shard only.
     With expert parallelism (FSDP2 + EP) each rank's experts are sharded over the dp / ep ranks
     holding the same ones (:attr:`~hetrl.cost.flops.StageShape.dp_sharded_params`) and each
@@ -85,12 +86,15 @@ def fsdp_step_seconds(compute_s: float, micro_batches: int, comm_per_micro_s: fl
 
 
 def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -> float:
-    """The host round trip of a rank's offloaded shards per task call (seconds): the bf16
-    parameters, and in training the optimizer states, to the GPU before the call and back after
-    it over the host link (verl's ``load_fsdp_model_to_gpu`` / ``offload_fsdp_model_to_cpu``
-    around ``update_actor``, ``compute_log_prob``, ...: once per call, whatever its steps)."""
-    per_param = shape.bytes_per_value + (params.optimizer_state_bytes if kind == "training"
-                                         else 0)
+    """The host round trip of a rank's offloaded shards per task call (seconds): the parameter
+    shard -- in training the master copy where the optimizer keeps one, with the other
+    optimizer states -- to the GPU before the call and back after it over the host link
+    (verl's ``load_fsdp_model_to_gpu`` / ``offload_fsdp_model_to_cpu`` around
+    ``update_actor``, ``compute_log_prob``, ...: once per call, whatever its steps)."""
+    per_param = float(shape.bytes_per_value)
+    if kind == "training":
+        master = params.master_weight_bytes
+        per_param = (master or per_param) + params.optimizer_state_bytes - master
     return 2 * shape.dp_sharded_params * per_param / dp / (params.host_link_GBps * 1e9)
 
 

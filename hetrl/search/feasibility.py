@@ -11,14 +11,19 @@ from hetrl.spec.workload import WorkloadSpec
 def minimum_memory_bytes(workload: WorkloadSpec, params: CostParams = DEFAULT_PARAMS) -> float:
     """Bytes that must be resident somewhere: every model's weights once (the reference and
     reward models, the actor once -- twice in async mode -- and the critic), plus gradients and
-    optimizer states of the trained models (optimizer states shard over all devices at best)."""
+    optimizer states of the trained models, each once (sharded over all devices at best); a
+    trained model's weights are its master copy where the optimizer keeps one (FSDP keeps no
+    other shard), so it needs max(master, weight) + gradient + the other states per parameter."""
     params = optimizer_params(params, workload.optimizer_precision)
     total = 0.0
     bpv = workload.bytes_per_value
+    master = params.master_weight_bytes
     for role, model in workload.models:
-        total += model.params * bpv
         if role in ("actor", "critic"):
-            total += model.params * (params.grad_bytes + params.optimizer_state_bytes)
+            total += model.params * (max(master, bpv) + params.grad_bytes
+                                     + params.optimizer_state_bytes - master)
+        else:
+            total += model.params * bpv
     if workload.mode == "async":
         total += workload.model("actor").params * bpv
     return total

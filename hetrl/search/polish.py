@@ -256,7 +256,7 @@ class Polisher:
 
     def _split(self, ev: Evaluator, tasks: tuple[str, ...], splits: list[_SplitRun],
                base: Genotype, trial, screened: bool = False) -> Iterator[None]:
-        """One task on type windows (:meth:`_window_runs`): one turn over its layouts on each
+        """One task on type windows (:meth:`window_runs`): one turn over its layouts on each
         window that turns, nothing after. Tasks ``tasks`` (two or three) side by side on
         consecutive windows of their group (:meth:`_split_shapes`; the first window at every
         offset of :meth:`_split_offsets`): each task but the first starts on a first guess
@@ -484,7 +484,7 @@ class Polisher:
 
     def _screened_splits(self, ev: Evaluator, base: Genotype, trial) -> Iterator[None]:
         """``split_screen``: every split of every task set priced as built first (and, with
-        ``window_screen``, each task alone on each type window: :meth:`_window_runs`), then
+        ``window_screen``, each task alone on each type window: :meth:`window_runs`), then
         the task sets in order of their best-priced split, each turning its ``split_screen``
         (a task alone: ``window_screen``) best-priced splits only: a split's first guesses
         already tell the windows that pay from those that do not, and the task set whose

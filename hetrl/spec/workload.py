@@ -234,6 +234,10 @@ class WorkloadSpec:
                 f"must be one of {list(OPTIMIZERS)}")
         require(self.optimizer_precision in OPTIMIZER_PRECISIONS, "optimizer_precision",
                 self.optimizer_precision, f"must be one of {list(OPTIMIZER_PRECISIONS)}")
+        require(self.optimizer_precision == "fp32" or PRECISIONS[self.precision] == 2,
+                "optimizer_precision", self.optimizer_precision,
+                f"steps the 2-byte weights in place: needs a 2-byte precision (bf16, fp16, "
+                f"fp8), not {self.precision}")
         require(is_int(self.schema_version) and self.schema_version in READABLE_VERSIONS,
                 "schema_version", self.schema_version,
                 f"this hetrl reads versions {list(READABLE_VERSIONS)}")

@@ -121,8 +121,9 @@ def test_fsdp_gathers_hide_behind_compute_until_the_network_is_slow():
 
 def test_offload_trades_memory_for_host_traffic():
     """Offload keeps only the gradient shard on the GPU and adds the shards' host round trip:
-    2 x params x (bf16 + optimizer state bytes) / dp over the host link, once per task call
-    (verl onloads before ``update_actor`` and offloads after it, whatever its optimizer steps)."""
+    2 x params x (the fp32 master copy and Adam m and v: optimizer state bytes) / dp over the
+    host link, once per task call (verl onloads before ``update_actor`` and offloads after it,
+    whatever its optimizer steps)."""
     wl, cl = verl_ppo_7b(), cluster_preset("a100x8")
     model = CostModel(wl, cl)
     layers = wl.model("actor").layers
@@ -135,8 +136,7 @@ def test_offload_trades_memory_for_host_traffic():
     assert model.placement_memory(on).states.max() == pytest.approx(
         kept * (resident.states + resident.weights).max(), rel=1e-9)
     assert model.placement_memory(on).weights.max() == 0
-    trip = 2 * shape.params * (wl.bytes_per_value + prm.optimizer_state_bytes) / 8 / (
-        prm.host_link_GBps * 1e9)
+    trip = 2 * shape.params * prm.optimizer_state_bytes / 8 / (prm.host_link_GBps * 1e9)
     assert wl.optimizer_steps > 1
     assert model.forward_task_cost(on).parts["offload"] == pytest.approx(trip, rel=1e-9)
     assert model.forward_task_cost(off).parts["offload"] == 0.0

@@ -29,10 +29,10 @@ def test_one_table_of_precisions_and_fp32_is_the_cost_models_own():
     assert optimizer_params(DEFAULT_PARAMS, "fp32") is DEFAULT_PARAMS
     bf16 = optimizer_params(DEFAULT_PARAMS, "bf16")
     assert bf16 is optimizer_params(DEFAULT_PARAMS, "bf16")  # (shared tables)
-    # per parameter: a bf16 gradient, bf16 m and v, no master copy; the Adam step reads the
-    # weight, gradient, m and v and writes the weight, m and v, 2 bytes each
+    # per parameter: a bf16 gradient, bf16 m and v, no master copy; torch's multi-tensor Adam
+    # step reads 11 and writes 7 values of 2 bytes
     assert (bf16.grad_bytes, bf16.optimizer_state_bytes, bf16.master_weight_bytes,
-            bf16.optimizer_step_hbm_bytes) == (2, 4, 0, 7 * 2)
+            bf16.optimizer_step_hbm_bytes) == (2, 4, 0, (11 + 7) * 2)
     wl = workload_preset("qwen3-8b-grpo-sync")
     assert CostModel(wl, cluster_preset("a100x8")).params is DEFAULT_PARAMS
     assert CostModel(wl.with_(optimizer_precision="bf16"),
@@ -71,15 +71,21 @@ def test_fsdp_shards_by_hand():
     assert mem["bf16"].states[d] == pytest.approx(shard * (2 + 4), rel=1e-12)
 
 
-def test_bf16_needs_less_memory_and_steps_faster_and_the_simulator_follows():
+def test_bf16_needs_less_memory_and_moves_half_the_gradients_and_the_simulator_follows():
+    """Less memory; half the gradient bytes over the DP group; an Adam step of 36 bytes per
+    parameter where the fused fp32 one streams 32."""
     cl = cluster_preset("a100x8")
     wl = workload_preset("qwen3-8b-grpo-sync")
     plan = colocated_plan(wl, cl, tp=2)
     fp32, bf16 = (wl.with_(optimizer_precision=p) for p in ("fp32", "bf16"))
     est = [CostModel(w, cl).estimate(plan) for w in (fp32, bf16)]
     assert max(est[1].peak_memory_gb.values()) < max(est[0].peak_memory_gb.values())
-    assert est[1].tasks["actor_training"] < est[0].tasks["actor_training"]
-    assert minimum_memory_bytes(bf16) < minimum_memory_bytes(fp32)
+    dp = [e.parts["actor_training"]["dp"] for e in est]
+    assert 0 < dp[1] < dp[0]
+    # every parameter's weight (2), gradient and the other states once: fp32 16 (as FSDP holds
+    # them: master 4 + 4 + 8), bf16 8
+    actor = wl.model("actor").params
+    assert minimum_memory_bytes(fp32) - minimum_memory_bytes(bf16) == pytest.approx(actor * 8)
     sim = [sum(s.duration_s for s in simulate(plan, w, cl, iterations=1).trace.spans_of(
         "task", "actor_training")) for w in (fp32, bf16)]
     assert sim[1] < sim[0]
@@ -118,3 +124,26 @@ def test_the_exports_refuse_a_bf16_optimizer():
         with pytest.raises(SpecError, match="optimizer_precision"):
             check(wl)
     check_verl(wl.with_(optimizer_precision="fp32"))
+
+
+def test_a_bf16_optimizer_needs_two_byte_weights():
+    wl = workload_preset("qwen3-8b-grpo-sync")
+    with pytest.raises(SpecError, match="optimizer_precision.*2-byte precision"):
+        wl.with_(precision="fp32", optimizer_precision="bf16")
+    wl.with_(precision="fp8", optimizer_precision="bf16")  # (FP8 training keeps bf16 weights)
+
+
+def test_fsdp_offload_moves_what_the_rank_holds():
+    """An offloaded FSDP trainer's round trip per call carries its master copy (fp32: 4 bytes)
+    and Adam m and v (8): 12 bytes per parameter of its shard; bf16: the weights, m and v, 6."""
+    from hetrl.cost.flops import stage_shapes
+    from hetrl.cost.fsdp import offload_seconds
+
+    m = workload_preset("qwen3-8b-grpo-sync").model("actor")
+    (whole,) = stage_shapes(m, (m.layers,), 1, True, 2)
+    for prec, per_param in (("fp32", 12), ("bf16", 6)):
+        prm = optimizer_params(DEFAULT_PARAMS, prec)
+        assert offload_seconds("training", whole, 8, prm) == pytest.approx(
+            2 * whole.dp_sharded_params * per_param / 8 / (prm.host_link_GBps * 1e9))
+    assert offload_seconds("inference", whole, 8, DEFAULT_PARAMS) == pytest.approx(
+        2 * whole.dp_sharded_params * 2 / 8 / (DEFAULT_PARAMS.host_link_GBps * 1e9))

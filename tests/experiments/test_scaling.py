@@ -71,7 +71,7 @@ def test_summary_reads_the_table():
     assert rows[0]["reading"].startswith("slower at 128 -> 256 GPUs")
     # 256 GPUs: cost-model bound 1 s, physical 0.25 s, plan 14 s
     assert rows[1]["ours"] == "after 0.5 s, 1,500 evaluations, 0.07 / 0.02"
-    assert rows[2]["reading"] == "verl's plan does not use every GPU at every size"
+    assert rows[2]["reading"].startswith("verl's plans do not run every task on every GPU")
     assert rows[3]["ours"] == "5.71x" and rows[3]["reading"] == "HetRL faster"
 
 
@@ -82,12 +82,30 @@ def test_verl_doubling_says_why_its_plan_slows():
     t["gpus_used"] = t["gpus"]
     t.loc[(t["scheduler"] == "hetrl") & (t["gpus"] == 256), "gpus_used"] = 40
     t["train_dp_s"] = t["gpus"] / 8.0
+    t["every_task_everywhere"] = t["scheduler"] == "verl"
     row = Scaling().summary(t)[2]
     assert row["ours"] == "64: 50.0 s on 64, 128: 60.0 s on 128, 256: 80.0 s on 256"
     assert row["reading"].startswith("verl runs every task on all the GPUs it is given")
     assert "slower at 64 -> 128, 128 -> 256 GPUs" in row["reading"]
     assert "data-parallel syncs take 64: 8.0 s, 128: 16.0 s, 256: 32.0 s" in row["reading"]
     assert row["reading"].endswith("(GPUs used, 256: 40)")
+    # a size where verl found no plan is said apart, not read as a plan on fewer GPUs
+    t.loc[(t["scheduler"] == "verl") & (t["gpus"] == 256), "iteration_s"] = math.nan
+    row = Scaling().summary(t)[2]
+    assert row["ours"] == "64: 50.0 s on 64, 128: 60.0 s on 128"
+    assert row["reading"].endswith("; no verl plan at 256 GPUs")
+
+
+def test_a_cell_records_its_plan():
+    """One verl cell on the 64-GPU cluster: its plan's time, GPUs, whether every task spans
+    every GPU, and its training's DP sync seconds (the cost model's parts of the training
+    tasks)."""
+    cell = {"gpus": 64, "workload": "qwen3-8b-grpo-sync", "batch_prompts": 32,
+            "scheduler": "verl", "seconds": 2.0, "seed": 0}
+    (row,) = Scaling().compute(cell)
+    assert row["infeasible"] == "" and math.isfinite(row["iteration_s"])
+    assert isinstance(row["every_task_everywhere"], bool)
+    assert row["train_dp_s"] >= 0 and row["gpus_used"] <= 64
 
 
 def test_plot_draws(tmp_path):
