@@ -179,11 +179,11 @@ class Scaling(Figure):
 
 def verl_doubling_row(verl: pd.DataFrame, hetrl: pd.DataFrame) -> dict[str, str]:
     """verl's plan as the GPUs double (iteration seconds and GPUs used per size; ``verl``: its
-    cells' means by size) and why it moves as it does. Where every task of its plans ran on
-    every GPU of the cluster (``every_task_everywhere``: its hybrid engine over the whole pool),
-    a larger cluster is not a superset of choices for it but a wider data-parallel group --
-    more regions on its rings, weaker GPUs among its replicas; the training's DP syncs
-    (``train_dp_s``) show it. A size without a plan says so."""
+    cells' means by size) and why it moves as it does. Where its plans take every GPU of the
+    cluster (every task on all of them, ``every_task_everywhere``: its hybrid engine; or its
+    pools splitting them all), a larger cluster is not a superset of choices for it but a wider
+    data-parallel group -- more regions on its rings, weaker GPUs among its replicas; the
+    training's DP syncs (``train_dp_s``) show it. A size without a plan says so."""
     planned = verl[np.isfinite(verl["iteration_s"])]
     failed = [int(g) for g in verl.index if g not in planned.index]
     sizes = [int(g) for g in planned.index]
@@ -195,12 +195,17 @@ def verl_doubling_row(verl: pd.DataFrame, hetrl: pd.DataFrame) -> dict[str, str]
             if g in hetrl.index and "gpus_used" in hetrl and hetrl.loc[g, "gpus_used"] < g]
     everywhere = "every_task_everywhere" in planned and bool(
         (planned["every_task_everywhere"] == 1).all())
+    whole = all(u == g for u, g in zip(used, sizes, strict=True))
     if everywhere:
         reading = ("verl runs every task on all the GPUs it is given (its hybrid engine over the "
                    "whole pool), so each doubling widens its data-parallel groups over more "
                    "regions and weaker GPUs instead of adding a choice")
+    elif whole:
+        reading = ("verl's pools take every GPU it is given (its placement splits the whole "
+                   "cluster between them), so each doubling widens its data-parallel groups over "
+                   "more regions and weaker GPUs instead of adding a choice")
     else:
-        reading = "verl's plans do not run every task on every GPU at every size"
+        reading = "verl's plans leave GPUs unused at some sizes"
     if slower:
         reading += f"; slower at {', '.join(slower)} GPUs"
     if "train_dp_s" in planned:

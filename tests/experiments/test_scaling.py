@@ -71,7 +71,7 @@ def test_summary_reads_the_table():
     assert rows[0]["reading"].startswith("slower at 128 -> 256 GPUs")
     # 256 GPUs: cost-model bound 1 s, physical 0.25 s, plan 14 s
     assert rows[1]["ours"] == "after 0.5 s, 1,500 evaluations, 0.07 / 0.02"
-    assert rows[2]["reading"].startswith("verl's plans do not run every task on every GPU")
+    assert rows[2]["reading"].startswith("verl's plans leave GPUs unused at some sizes")
     assert rows[3]["ours"] == "5.71x" and rows[3]["reading"] == "HetRL faster"
 
 
@@ -89,6 +89,9 @@ def test_verl_doubling_says_why_its_plan_slows():
     assert "slower at 64 -> 128, 128 -> 256 GPUs" in row["reading"]
     assert "data-parallel syncs take 64: 8.0 s, 128: 16.0 s, 256: 32.0 s" in row["reading"]
     assert row["reading"].endswith("(GPUs used, 256: 40)")
+    # pools that split every GPU between them read the same way
+    t["every_task_everywhere"] = False
+    assert Scaling().summary(t)[2]["reading"].startswith("verl's pools take every GPU")
     # a size where verl found no plan is said apart, not read as a plan on fewer GPUs
     t.loc[(t["scheduler"] == "verl") & (t["gpus"] == 256), "iteration_s"] = math.nan
     row = Scaling().summary(t)[2]
