@@ -92,11 +92,14 @@ def test_scheduler_contract(name, small_workload, small_cluster):
         if data["suggested_budget"] is not None and data["polish_budget"] is not None:
             assert data["suggested_budget"]["evaluations"] >= data["polish_budget"]["evaluations"]
 
-    # Determinism: same seed, same evaluation budget -> same plan (and the same count).
+    # Determinism: same seed, same evaluation budget -> same plan, the same count and the same
+    # history (each improvement at the same evaluation, to the same seconds; only the wall-clock
+    # times differ).
     second = get_scheduler(name).search(wl, cl, Budget(evaluations=BUDGET_EVALS, seed=3))
     assert second.plan == result.plan
     assert second.evaluations == result.evaluations
     assert second.estimate.iteration_s == est.iteration_s
+    assert [h[1:] for h in second.history] == [h[1:] for h in result.history]
 
 
 @pytest.mark.parametrize("name", ["hetrl", "deap", "random"])
