@@ -31,13 +31,12 @@ import simpy
 
 from hetrl.cost.batching import Batching, micro_batching
 from hetrl.cost.expert_parallel import (
-    alltoalls_per_layer,
     dispatch_bytes,
     expert_gather_work,
     expert_group_links,
     gradient_groups,
 )
-from hetrl.cost.flops import StageShape
+from hetrl.cost.flops import StageShape, collectives_per_layer
 from hetrl.cost.framework import batch_tokens, task_framework_seconds
 from hetrl.cost.fsdp import megatron_offload_seconds, offload_seconds
 from hetrl.cost.model import CostModel
@@ -333,7 +332,7 @@ class Simulation:
                 if p.ep > 1 and ops.stages[j].shape.moe_layers:
                     # forward: dispatch and combine; backward: theirs (and the forward's again
                     # under recomputation)
-                    count = 2 if op == "F" else alltoalls_per_layer(kind, recompute) - 2
+                    count = 2 if op == "F" else collectives_per_layer(kind, recompute) - 2
                     yield from self.expert_alltoall(p, i, j, tok[mb], count, it)
                 busy += self.env.now - start
                 self.span("forward" if op == "F" else "backward", "tasklet", p.task, it, start,
@@ -413,7 +412,7 @@ class Simulation:
             if train:  # their gradients (and the forward's again under full recomputation)
                 yield self.env.timeout(ops.backward(0, tok, sq, recompute) * self.slow(devs))
                 yield from self.expert_alltoall(
-                    p, i, 0, tok, alltoalls_per_layer("training", recompute) - 2, it)
+                    p, i, 0, tok, collectives_per_layer("training", recompute) - 2, it)
         else:
             dur = forward + (ops.backward(0, tok, sq, recompute) if train else 0.0)
             yield self.env.timeout(dur * self.slow(devs))

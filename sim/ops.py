@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hetrl.cost.expert_parallel import alltoall_pieces, alltoalls_per_layer, dispatch_bytes
-from hetrl.cost.flops import StageShape, training_flops_mult
+from hetrl.cost.expert_parallel import alltoall_pieces, dispatch_bytes
+from hetrl.cost.flops import StageShape, collectives_per_layer, training_flops_mult
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import GroupLinks, all_reduce_time
 from hetrl.cost.replica import ReplicaHW, StageHW
 from hetrl.cost.rollout import decode_step_overhead_s
-from hetrl.spec.task_batching import recompute_mode
 
 
 def sum_max_affine(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
@@ -112,7 +111,7 @@ class ReplicaOps:
             self.alltoall = []
             for sh, st, g in zip(shapes, self.stages, expert_links, strict=True):
                 a, b = alltoall_pieces(g, st.link_eff)
-                calls = alltoalls_per_layer("generation", False) * sh.moe_layers
+                calls = collectives_per_layer("generation", False) * sh.moe_layers
                 self.alltoall.append((calls * a, calls * b * dispatch_bytes(sh, 1.0)))
         self.boundaries = hw.boundaries
         self.params = params
@@ -226,7 +225,7 @@ class ReplicaOps:
         s = st.shape
         fl = tokens * s.matmul_flops_per_token + s.attn_flops_per_token_ctx * sq_sum / 2
         mult = training_flops_mult(s.model, recompute) - 1.0
-        ars = 4 if recompute_mode(recompute) == "full" else 2
+        ars = collectives_per_layer("training", recompute) - 2  # (the forward's 2 are not here)
         return self._with_tp(max(mult * fl / st.flops_train, s.weight_bytes / st.hbm),
                              ars * s.layers * st.tp_allreduce(tokens * self.h * self.bpv), True) + (
             2 * s.layers * self.params.launch_overhead_s_per_layer

@@ -9,21 +9,11 @@ alike for generation). Formulas and sources: docs/cost-model.md, "Mixture of exp
 
 from __future__ import annotations
 
-from hetrl.cost.flops import StageShape
+from hetrl.cost.flops import StageShape, collectives_per_layer
 from hetrl.cost.params import CostParams
 from hetrl.cost.primitives import GroupLinks, all_gather_time, group_links
 from hetrl.plan import TaskPlacement
 from hetrl.spec.cluster import ClusterSpec
-from hetrl.spec.task_batching import recompute_mode
-
-
-def alltoalls_per_layer(kind: str, recompute: bool | str) -> int:
-    """All-to-alls per MoE layer per pass over a batch: dispatch and combine forward (2),
-    their gradients backward (4 in training), and the forward's again under full
-    recomputation (6)."""
-    if kind != "training":
-        return 2
-    return 6 if recompute_mode(recompute) == "full" else 4
 
 
 def dispatch_bytes(shape: StageShape, tokens: float) -> float:
@@ -75,7 +65,7 @@ def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
                             stages_in_series: bool) -> float:
     """Seconds of ``p``'s all-to-alls in one task call: ``calls`` passes (decode steps and
     prefill chunks, or micro-batch slots of the pipeline) moving ``tokens`` tokens of the
-    slowest replica in all; per pass each MoE layer runs :func:`alltoalls_per_layer`
+    slowest replica in all; per pass each MoE layer runs :func:`~hetrl.cost.flops.collectives_per_layer`
     all-to-alls, each a latency plus its bytes (:func:`dispatch_bytes`) over the group's links
     (:func:`alltoall_pieces`). ``stages_in_series``: a pass crosses every stage in turn
     (generation's decode step), so the stages' times add up; otherwise (1F1B) each slot of the
@@ -83,7 +73,7 @@ def expert_parallel_seconds(cluster: ClusterSpec, p: TaskPlacement,
     expert parallelism."""
     if p.ep <= 1 or calls <= 0:
         return 0.0
-    count = alltoalls_per_layer(kind, recompute)
+    count = collectives_per_layer(kind, recompute)
     worst = 0.0
     for links in expert_group_links(cluster, p):
         per_stage = []

@@ -292,6 +292,16 @@ def selective_recompute_share(model: ModelShape) -> float:
     return (kv + q + model.ffn) / (2 * q + 2 * kv + 3 * model.ffn)
 
 
+def collectives_per_layer(kind: str, recompute: bool | str) -> int:
+    """Collectives per layer per pass that carry a layer's activations -- tensor parallelism's
+    all-reduces, expert parallelism's dispatch and combine all-to-alls: 2 in the forward, 2
+    more for their gradients in training, and the forward's 2 again under full recomputation
+    (6)."""
+    if kind != "training":
+        return 2
+    return 6 if recompute_mode(recompute) == "full" else 4
+
+
 def training_flops_mult(model: ModelShape, recompute: bool | str) -> float:
     """A training pass's FLOPs as a multiple of the forward's: 3 (forward + a backward of twice
     the forward), 4 with full recomputation (the forward again), 3 + the recomputed share under

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from hetrl.cost.batching import Batching, micro_batcher, micro_count
-from hetrl.cost.flops import StageShape, training_flops_mult
+from hetrl.cost.flops import StageShape, collectives_per_layer, training_flops_mult
 from hetrl.cost.kernels import forward_replica_seconds
 from hetrl.cost.lengths import LengthStats
 from hetrl.cost.memo import ENGINE_ENTRIES, TASK_TERMS, Table
@@ -24,7 +24,6 @@ from hetrl.cost.primitives import (
 )
 from hetrl.cost.replica import ReplicaHW
 from hetrl.cost.rollout import decode_step_overhead_s, generation_concurrency
-from hetrl.spec.task_batching import recompute_mode
 
 #: ``framework``: the per-call framework costs of hetrl.cost.framework (task level); ``ep``:
 #: expert parallelism's all-to-alls (hetrl.cost.expert_parallel, task level)
@@ -413,13 +412,12 @@ class _ForwardEngine:
                  tp_overlap: bool = False):
         self.training = kind == "training"
         self.tp_overlap = self.training and tp_overlap
+        self.allreduces = collectives_per_layer(kind, recompute)
         if self.training:
-            full = recompute_mode(recompute) == "full"
             self.mult = training_flops_mult(shapes[0].model, recompute)
-            self.allreduces = 6 if full else 4
             flops_kind = "train_flops"
         else:
-            self.mult, self.allreduces, flops_kind = 1.0, 2, "infer_flops"
+            self.mult, flops_kind = 1.0, "infer_flops"
         self.L, self.mbs = L, mbs
         #: micro-batches by a token budget or padded (None: by count, padding removed)
         self.batcher = None if isinstance(mbs, int) else micro_batcher(mbs, L)

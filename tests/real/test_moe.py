@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetrl.cost.expert_parallel import alltoalls_per_layer, dispatch_bytes
-from hetrl.cost.flops import stage_shapes
+from hetrl.cost.expert_parallel import dispatch_bytes
+from hetrl.cost.flops import collectives_per_layer, stage_shapes
 from hetrl.spec.model import ModelShape
 from hetrl.spec.moe import MoE
 from tests.real.moe_ranks import EXPERTS, FFN, HIDDEN, TOP_K, run_ranks
@@ -26,8 +26,8 @@ def _shape(ep: int):
 def test_alltoall_bytes_equal_the_cost_models_and_outputs_match(tmp_path):
     tokens = 64
     results = run_ranks(2, tokens, tmp_path)
-    # dispatch and combine of one forward pass: alltoalls_per_layer("inference") of them
-    expected = alltoalls_per_layer("inference", False) * dispatch_bytes(_shape(2), tokens)
+    # dispatch and combine of one forward pass: collectives_per_layer("inference") of them
+    expected = collectives_per_layer("inference", False) * dispatch_bytes(_shape(2), tokens)
     for r in results:
         assert r["forward_bytes"] == expected
         torch.testing.assert_close(r["y"], r["reference"], rtol=1e-5, atol=1e-6)

@@ -18,8 +18,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("ray")
 
-from hetrl.cost.expert_parallel import alltoalls_per_layer, dispatch_bytes  # noqa: E402
-from hetrl.cost.flops import stage_shapes  # noqa: E402
+from hetrl.cost.expert_parallel import dispatch_bytes  # noqa: E402
+from hetrl.cost.flops import collectives_per_layer, stage_shapes  # noqa: E402
 from hetrl.errors import SpecError  # noqa: E402
 from hetrl.io import load_plan  # noqa: E402
 from hetrl.spec.presets import cluster_preset, workload_preset  # noqa: E402
@@ -52,7 +52,7 @@ def _spans(res, suffix: str):
 
 def test_alltoall_bytes_equal_the_cost_models_count(grpo):
     """Per expert-parallel group and iteration, the bytes the real all-to-alls sent equal the
-    cost model's count for the tokens the MoE layers routed (alltoalls_per_layer x
+    cost model's count for the tokens the MoE layers routed (collectives_per_layer x
     dispatch_bytes per MoE layer, balanced load): exactly in expectation, here within 5% (the
     router's own choice of experts is a sample)."""
     wl, plan, runs = grpo
@@ -63,7 +63,7 @@ def test_alltoall_bytes_equal_the_cost_models_count(grpo):
     for s in spans:
         key = (tuple(s.devices), s.iteration)
         real[key] += s.bytes
-        counted[key] += (shape.moe_layers * alltoalls_per_layer("training", False)
+        counted[key] += (shape.moe_layers * collectives_per_layer("training", False)
                          * dispatch_bytes(shape, s.meta["tokens"]))
     assert {k[0] for k in real} == {(0, 1), (2, 3)}
     for key, nbytes in real.items():
@@ -144,7 +144,7 @@ def test_megatron_moe_layer_trains_as_the_torch_trainer(ppo):
                              expert_load=1.0)[0]
         spans = [s for s in _spans(megatron, "expert all-to-all") if s.task == task]
         assert len(spans) == 2  # one per replica
-        counted = sum(shape.moe_layers * alltoalls_per_layer("training", False)
+        counted = sum(shape.moe_layers * collectives_per_layer("training", False)
                       * dispatch_bytes(shape, s.meta["tokens"]) for s in spans)
         assert sum(s.bytes for s in spans) == pytest.approx(counted, rel=0.05), task
 
