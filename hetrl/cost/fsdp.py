@@ -28,6 +28,15 @@ from hetrl.cost.params import CostParams
 GATHERED_LAYERS = 2
 
 
+def trained_shard_bytes(value: float, params: CostParams) -> tuple[float, float]:
+    """Bytes per parameter of a trained model where the optimizer steps a shard of it (FSDP):
+    (the weights -- the master copy where the optimizer keeps one, ``params.master_weight_bytes``,
+    else the ``value``-byte weights themselves --, the optimizer's other states: Adam m and v).
+    The gradients (``params.grad_bytes``) come on top."""
+    master = params.master_weight_bytes
+    return float(master or value), float(params.optimizer_state_bytes - master)
+
+
 def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int | Batching,
                       L: LengthStats, params: CostParams, recompute: bool | str, offload: bool
                       ) -> tuple[float, float, float]:
@@ -59,9 +68,9 @@ def fsdp_memory_bytes(kind: str, shape: StageShape, dp: int, n: float, mbs: int 
     if offload:
         states = sharded * params.grad_bytes / dp if training else 0.0
     elif training:
-        master = params.master_weight_bytes
-        weights = sharded * (master or value) / dp
-        states = sharded * (params.grad_bytes + params.optimizer_state_bytes - master) / dp
+        weight, other = trained_shard_bytes(value, params)
+        weights = sharded * weight / dp
+        states = sharded * (params.grad_bytes + other) / dp
     else:
         weights, states = sharded * value / dp, 0.0
     tokens, _ = memory_tokens(n, mbs, L)  # one micro-batch's, as costed (padding included)
@@ -91,10 +100,8 @@ def offload_seconds(kind: str, shape: StageShape, dp: int, params: CostParams) -
     optimizer states -- to the GPU before the call and back after it over the host link
     (verl's ``load_fsdp_model_to_gpu`` / ``offload_fsdp_model_to_cpu`` around
     ``update_actor``, ``compute_log_prob``, ...: once per call, whatever its steps)."""
-    per_param = float(shape.bytes_per_value)
-    if kind == "training":
-        master = params.master_weight_bytes
-        per_param = (master or per_param) + params.optimizer_state_bytes - master
+    per_param = (sum(trained_shard_bytes(shape.bytes_per_value, params)) if kind == "training"
+                 else float(shape.bytes_per_value))
     return 2 * shape.dp_sharded_params * per_param / dp / (params.host_link_GBps * 1e9)
 
 

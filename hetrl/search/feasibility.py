@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hetrl.cost.fsdp import trained_shard_bytes
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams, optimizer_params
 from hetrl.errors import InfeasibleError
 from hetrl.spec.cluster import ClusterSpec
@@ -13,15 +14,14 @@ def minimum_memory_bytes(workload: WorkloadSpec, params: CostParams = DEFAULT_PA
     reward models, the actor once -- twice in async mode -- and the critic), plus gradients and
     optimizer states of the trained models, each once (sharded over all devices at best); a
     trained model's weights are its master copy where the optimizer keeps one (FSDP keeps no
-    other shard), so it needs max(master, weight) + gradient + the other states per parameter."""
+    other shard: :func:`~hetrl.cost.fsdp.trained_shard_bytes`), with its gradients."""
     params = optimizer_params(params, workload.optimizer_precision)
     total = 0.0
     bpv = workload.bytes_per_value
-    master = params.master_weight_bytes
+    trained = sum(trained_shard_bytes(bpv, params)) + params.grad_bytes
     for role, model in workload.models:
         if role in ("actor", "critic"):
-            total += model.params * (max(master, bpv) + params.grad_bytes
-                                     + params.optimizer_state_bytes - master)
+            total += model.params * trained
         else:
             total += model.params * bpv
     if workload.mode == "async":
