@@ -378,24 +378,16 @@ class Simulation:
             yield self.env.timeout(offload_seconds(kind, shape, p.dp, self.params))
 
     def fsdp_rings(self, p: TaskPlacement, shape: StageShape, per_param: float):
-        """An FSDP group's collectives of ``per_param`` bytes per parameter: one ring over its dp
-        ranks; with expert parallelism the non-expert parameters' ring over the dp ranks, then
-        the experts' rings over the dp / ep ranks holding the same experts, all at once (as the
-        cost model: :func:`hetrl.cost.forward.dp_optimizer_step_seconds`)."""
-        members = self.dp_ring(p)
-        if p.ep == 1:
-            yield from self.ring(members, shape.params * per_param)
-            return
-        yield from self.ring(members, (shape.params - shape.expert_params) * per_param)
-        groups = [[r[0][0] for r in p.devices[k::p.ep]] for k in range(p.ep)]
-        if len(groups[0]) > 1:
-            yield simpy.AllOf(self.env, [
-                self.env.process(self.ring(g, shape.expert_params * per_param)) for g in groups])
-
-    def dp_ring(self, p: TaskPlacement) -> list[int]:
-        """An FSDP placement's ranks (each replica's one device) in ring order, node by node."""
-        node = self.cluster.topology.node_of
-        return sorted((r[0][0] for r in p.devices), key=lambda d: (int(node[d]), d))
+        """An FSDP group's collectives of ``per_param`` bytes per parameter, in the phases of
+        :func:`~hetrl.cost.expert_parallel.gradient_groups` (one ring over its dp ranks; with
+        expert parallelism the non-expert parameters' ring over the dp ranks, then the experts'
+        rings over the dp / ep ranks holding the same experts, all at once), each ring node by
+        node (:meth:`_dp_rings`), as the cost model prices them."""
+        for sets in gradient_groups(p, (shape,), per_param):
+            rings = self._dp_rings(p, sets)
+            if rings:
+                yield simpy.AllOf(self.env, [self.env.process(self.ring(members, nbytes, weight))
+                                             for _, members, nbytes, weight in rings])
 
     def fsdp_micro(self, p: TaskPlacement, i: int, mb: np.ndarray, lengths: np.ndarray, ops,
                    train: bool, it: int, batching: int | Batching):
