@@ -33,11 +33,9 @@ def check_workload(framework: str, workload: WorkloadSpec) -> None:
 
         check_verl(workload)
     if framework == "openrlhf":
-        from hetrl.export.openrlhf import check_fp8, check_optimizer, check_recompute
+        from hetrl.export.openrlhf import check_settings
 
-        check_fp8(workload)
-        check_recompute(workload)
-        check_optimizer(workload)
+        check_settings(workload)
 
 
 def launchable_plan(framework: str, plan: Plan, workload: WorkloadSpec,

@@ -347,11 +347,9 @@ def flags(layout: OpenRLHFLayout, workload: WorkloadSpec, cluster: ClusterSpec,
 
 def check_workload(workload: WorkloadSpec, layout: OpenRLHFLayout, cluster: ClusterSpec) -> None:
     """Refuse what OpenRLHF's own checks (train_ppo_ray.py's asserts) or its batch arithmetic
-    would refuse, and selective recomputation and a bf16 optimizer, which it has no flag for
-    (:func:`check_recompute`, :func:`check_optimizer`)."""
+    would refuse, and the settings it has no flag for (:func:`check_settings`)."""
     wl = workload
-    check_recompute(wl)
-    check_optimizer(wl)
+    check_settings(wl)
     samples = wl.batch_prompts * wl.responses_per_prompt
     if samples % wl.optimizer_steps:
         raise SpecError("optimizer_steps", wl.optimizer_steps,
@@ -379,6 +377,14 @@ def check_experts_and_fp8(plan: Plan, workload: WorkloadSpec) -> None:
                             "OpenRLHF 0.11.2 has no expert parallelism (train_ppo_ray has no "
                             "such flag): export a plan with ep 1, or --to verl")
     check_fp8(workload)
+
+
+def check_settings(workload: WorkloadSpec) -> None:
+    """Refuse a workload OpenRLHF 0.11.2 runs with no plan, whatever the layout: FP8, selective
+    recomputation, a bf16 optimizer (it has no flag for any of them)."""
+    check_fp8(workload)
+    check_recompute(workload)
+    check_optimizer(workload)
 
 
 def check_recompute(workload: WorkloadSpec) -> None:
