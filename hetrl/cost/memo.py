@@ -153,6 +153,9 @@ class OwnTables:
 
     #: estimates per plan placements
     plans: dict = field(default_factory=dict)
+    #: (iteration seconds, feasible) per plan placements, of plans the neighbourhood pricer
+    #: priced (hetrl.cost.neighbourhood)
+    briefs: dict = field(default_factory=dict)
     #: task results per placement (and generation placement, KV budgets)
     tasks: dict = field(default_factory=dict)
     #: task-group results per (placements, copies)

@@ -101,7 +101,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         # this cost model's tables (memo.OwnTables) under the names the terms use
         self._replica, self._memory, self._tasks = own.replica, own.memory, own.tasks
         self._tasklevel, self._plans, self._sync = own.tasklevel, own.plans, own.sync
-        self._groups = own.groups
+        self._groups, self._briefs = own.groups, own.briefs
         #: (generation placement, kind, grid, data shares, seconds) of the last rollout
         #: transfer priced (see _data_transfer)
         self._last_transfer: tuple | None = None
@@ -310,8 +310,7 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         if check:
             validate(plan, self.workload, self.cluster)
         self.evaluations += 1
-        # (the placements alone key a plan without the relay: the common case stays cheap)
-        key = (plan.placements, True) if plan.sync_relay else plan.placements
+        key = plan_key(plan)
         cached = self._plans.get(key)
         if cached is not None:
             return cached
@@ -335,22 +334,47 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
         memory and sync term still comes from (or fills) its memo table. What :meth:`estimate`
         calls on a miss; the benchmark's warm-task path and the golden check's shared run."""
         wl = self.workload
-        placements = {p.task: p for p in plan.placements}
-        gen = placements["actor_generation"]
         groups = self._group_results(plan)
         gen_result = [g.generation for g in groups if g.generation is not None][0]
-        results: dict[str, TaskResult] = {"actor_generation": gen_result}
-        for p in plan.placements:
-            if p.task != "actor_generation":
-                results[p.task] = self._forward_task(p, gen)
+        devices = {t: d for g in groups for t, d in g.device_sets}
+        timing = self.timing(plan, gen_result, devices)
+        results = timing.results
         task_violations = tuple(itertools.chain.from_iterable(
             [r.violations for r in results.values() if r.violations]))
         memory = MemoryReport(tuple([(g.peak_ids, g.peak_bytes) for g in groups]),
                               tuple([(g.over, g.over_bytes) for g in groups if g.over.size]),
                               self._gpus, tuple([(g.rows, g.kv_pool) for g in groups]),
                               self._mem_bytes)
+        sync_s = timing.sync_s
+        tasks = {t: results[t].seconds if t in results else 0.0 for t in REPORTED_TASKS}
+        tasks[WEIGHT_SYNC] = sync_s
+        parts = {t: results[t].parts if t in results else _ZERO_PARTS for t in REPORTED_TASKS}
+        parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": timing.data_s,
+                              "overhead": timing.calls_s + timing.switch_s}
+        return Estimate(
+            iteration_s=timing.iteration_s, tasks=tasks, parts=parts,
+            feasible=not (memory.over or task_violations),
+            samples_per_iteration=wl.samples, tokens_per_iteration=wl.samples * self.L.seq_mean,
+            chain_s=timing.chain_s, generation_concurrency=gen_result.concurrency,
+            memory=memory, task_violations=task_violations,
+            generation_phases=gen_result.phases,
+        )
+
+    def timing(self, plan: Plan, gen_result: TaskResult, devices: dict[str, frozenset[int]]
+               ) -> Timing:
+        """Everything of ``plan``'s estimate but its memory: each inference and training task
+        (with its input transfer), the weight sync and the iteration's seconds, given the
+        generation task's result under its KV budget ``gen_result`` and the devices each task
+        uses ``devices``. :meth:`estimate_uncached` and the neighbourhood pricer
+        (:mod:`hetrl.cost.neighbourhood`) both price through it."""
+        wl = self.workload
+        placements = {p.task: p for p in plan.placements}
+        gen = placements["actor_generation"]
+        results: dict[str, TaskResult] = {"actor_generation": gen_result}
+        for p in plan.placements:
+            if p.task != "actor_generation":
+                results[p.task] = self._forward_task(p, gen)
         data_s = self._weight_sync(gen, placements["actor_training"], plan.sync_relay)
-        devices = {t: d for g in groups for t, d in g.device_sets}
         # (the formula directly, not through sync_overheads: one call less per estimate)
         calls_s, switch_s = sync_overhead_seconds(self.shapes(gen.task, gen), self.params, data_s,
                                                   gen.task, devices, wl.mode == "sync",
@@ -361,20 +385,35 @@ class CostModel(GenerationTerms, ForwardTerms, TransferTerms, MemoryTerms):
             self._makespan.clear()
         it, chain = iteration_time(self._stages, seconds, devices, sync_s, wl.mode, wl.staleness,
                                    self.params.eta, self._makespan)
-        tasks = {t: seconds.get(t, 0.0) for t in REPORTED_TASKS}
-        tasks[WEIGHT_SYNC] = sync_s
-        parts = {t: results[t].parts if t in results else _ZERO_PARTS for t in REPORTED_TASKS}
-        parts[WEIGHT_SYNC] = {**_ZERO_PARTS, "data": data_s, "overhead": calls_s + switch_s}
         if not math.isfinite(it) or it <= 0:
             raise ValueError(f"cost model produced a non-finite iteration time {it!r}")
-        return Estimate(
-            iteration_s=float(it), tasks=tasks, parts=parts,
-            feasible=not (memory.over or task_violations),
-            samples_per_iteration=wl.samples, tokens_per_iteration=wl.samples * self.L.seq_mean,
-            chain_s=float(chain), generation_concurrency=gen_result.concurrency,
-            memory=memory, task_violations=task_violations,
-            generation_phases=gen_result.phases,
-        )
+        return Timing(float(it), float(chain), results, data_s, calls_s, switch_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """What :meth:`CostModel.timing` returns: the iteration's and the sync-mode chain's
+    seconds, each task's result (generation's as given), and the weight sync's data, call and
+    switch seconds."""
+
+    iteration_s: float
+    chain_s: float
+    results: dict[str, TaskResult]
+    data_s: float
+    calls_s: float
+    switch_s: float
+
+    @property
+    def sync_s(self) -> float:
+        """The weight sync's seconds (data + calls + switch)."""
+        return self.data_s + self.calls_s + self.switch_s
+
+
+def plan_key(plan: Plan) -> Any:
+    """A plan's key in the cost model's plan memo tables: its placements, and its relay where
+    it has one (the placements alone key a plan without the relay: the common case stays
+    cheap)."""
+    return (plan.placements, True) if plan.sync_relay else plan.placements
 
 
 def _framework(workload: WorkloadSpec, params: CostParams) -> dict[str, float]:

@@ -5,7 +5,7 @@ that the modules import one way (polish -> kicks, moves -> this module) and none
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,13 +18,15 @@ from hetrl.spec.workload import WorkloadSpec
 
 class PolishArm(Protocol):
     """What the polish does with the arm it polishes: read its population and best, price a
-    genotype (counted against the arm), move a genotype at random, and hand back its best."""
+    genotype (counted against the arm) or several at once, move a genotype at random, and hand back its best."""
 
     population: list[tuple[float, Genotype]]
     best: float
     evaluations: int
 
     def fitness(self, ev: Evaluator, g: Genotype) -> float: ...
+
+    def fitness_many(self, ev: Evaluator, gs: Sequence[Genotype]) -> Iterator[float]: ...
 
     def mutate(self, g: Genotype) -> Genotype: ...
 

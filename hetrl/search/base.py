@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from hetrl.cost.kernels import warm_up
 from hetrl.cost.model import CostModel, Estimate
+from hetrl.cost.neighbourhood import price_plans
 from hetrl.cost.params import DEFAULT_PARAMS, CostParams
 from hetrl.errors import HetrlError, InfeasibleError, SpecError, require
 from hetrl.fingerprint import made_for
@@ -84,6 +85,12 @@ class SearchResult:
         }
 
 
+def time_fitness(iteration_s: float, feasible: bool) -> float:
+    """The plain-time fitness of a plan: its seconds per iteration; a plan that does not fit
+    ranks after every one that does (``INFEASIBLE_PENALTY_S`` added)."""
+    return iteration_s if feasible else INFEASIBLE_PENALTY_S + iteration_s
+
+
 class BudgetExhausted(Exception):
     """Raised inside a search when the budget is spent; the evaluator keeps the best plan."""
 
@@ -141,10 +148,8 @@ class Evaluator:
     def fitness(self, est: Estimate, plan: Plan | None = None) -> float:
         """Seconds per iteration (or what ``objective`` minimises, which needs ``plan``:
         hetrl/search/objective.py); infeasible plans rank after every feasible one."""
-        if not est.feasible:
-            return INFEASIBLE_PENALTY_S + est.iteration_s
-        if self.objective.is_plain_time:
-            return est.iteration_s
+        if not est.feasible or self.objective.is_plain_time:
+            return time_fitness(est.iteration_s, est.feasible)
         return self.objective.fitness(self.model, plan, est)
 
     def charge(self, evaluations: float) -> None:
@@ -181,6 +186,38 @@ class Evaluator:
         if self._bar is not None:
             self._bar.update(1)
         return f
+
+    def evaluate_many(self, plans: Sequence[Plan]) -> Iterator[float]:
+        """The fitness of each of ``plans``, as :meth:`evaluate` one after another would say
+        and charge them: a generator that prices them together on its first step (the
+        neighbourhood pricer, :func:`~hetrl.cost.neighbourhood.price_plans`), then charges one
+        evaluation per fitness it hands out (a caller that stops early pays for what it took;
+        the budget is looked at before each). With ``--launch-with`` or an objective other
+        than plain time, :meth:`evaluate` one by one."""
+        if self.launch is not None or not self.objective.is_plain_time:
+            for plan in plans:
+                yield self.evaluate(plan)
+            return
+        if self.exhausted():
+            raise BudgetExhausted
+        for plan, brief in zip(plans, price_plans(self.model, plans), strict=True):
+            if self.exhausted():
+                raise BudgetExhausted
+            self.evaluations += 1
+            f = time_fitness(brief.iteration_s, brief.feasible)
+            if self.best is None or f < self.best[0]:
+                est = self.model.estimate(plan, check=False)
+                if self.fitness(est, plan) != f:
+                    raise RuntimeError(f"the neighbourhood pricer's fitness {f!r} differs from "
+                                       f"the estimate's {self.fitness(est, plan)!r}")
+                self.best = (f, plan, est)
+                self._improved(f, est)
+                if self._bar is not None:
+                    self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible
+                                          else "infeasible")
+            if self._bar is not None:
+                self._bar.update(1)
+            yield f
 
     def _launchable(self, plan: Plan) -> Plan | None:
         """``launch(plan)`` (memoised), None where the framework cannot run it."""

@@ -22,6 +22,7 @@ descent on levels 4-5 that lives in hetrl/search/polish.py (``Arm.polisher``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -390,11 +391,24 @@ class Arm:
 
     def fitness(self, ev: Evaluator, g: Genotype) -> float:
         f = ev.evaluate(decode(self.improve(g), self.model, self.load_balance))
+        self._counted(f)
+        return f
+
+    def fitness_many(self, ev: Evaluator, gs: Sequence[Genotype]) -> Iterator[float]:
+        """The fitness of each of ``gs``, as :meth:`fitness` one after another would say and
+        count them, priced together (:meth:`Evaluator.evaluate_many`): one evaluation per
+        fitness taken."""
+        plans = [decode(self.improve(g), self.model, self.load_balance) for g in gs]
+        for f in ev.evaluate_many(plans):
+            self._counted(f)
+            yield f
+
+    def _counted(self, f: float) -> None:
+        """One evaluation of this arm, of fitness ``f``."""
         self.evaluations += 1
         if f < self.best:
             self.best = f
             self.improved_at = self.evaluations
-        return f
 
     def tune(self, ev: Evaluator, start: tuple[float, Genotype], cap: int,
              sweeps: int = 1, tasks: tuple[str, ...] | None = None
@@ -432,12 +446,17 @@ class Arm:
                             if f < state[0]:
                                 state[0], state[1], improved = f, h, True
                 for t in tasks or [t for t, _ in state[1].layouts]:
-                    cur = state[1].layout(t)
-                    for lay in self.layout_options[t]:
-                        if lay == cur or self.evaluations >= stop:
-                            continue
-                        h = state[1].with_layout(t, lay).with_offset(t, 0)
-                        f = self.fitness(ev, h)
+                    # (one task's layouts: a neighbourhood, priced together; each candidate
+                    # sets the task's layout and offset, so it is the same whichever of them
+                    # the state holds)
+                    base, cur = state[1], state[1].layout(t)
+                    hs = [base.with_layout(t, lay).with_offset(t, 0)
+                          for lay in self.layout_options[t] if lay != cur]
+                    priced = self.fitness_many(ev, hs)
+                    for h in hs:
+                        if self.evaluations >= stop:
+                            break
+                        f = next(priced)
                         if f < state[0]:
                             state[0], state[1], improved = f, h, True
                 if not improved or self.evaluations >= stop:

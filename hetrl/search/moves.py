@@ -100,45 +100,45 @@ class TaskMoves:
         best = (rank(f0, need(t, cur[0])), f0, g)
         seen = {cur}
 
-        def price(lay: Layout, off: int) -> tuple[float, ...]:
+        def price(moves: list[tuple[Layout, int]]) -> Generator[tuple[float, ...], None, None]:
+            """Each of ``moves`` priced (together, one evaluation each as it is taken): its rank,
+            the best kept."""
             nonlocal best
-            seen.add((lay, off))
-            h = g.with_layout(t, lay).with_offset(t, off)
-            f = self.arm.fitness(ev, h)
-            trial(h, f)
-            r = rank(f, need(t, lay))
-            if r < best[0]:
-                best = (r, f, h)
-            return r
+            hs = [g.with_layout(t, lay).with_offset(t, off) for lay, off in moves]
+            for (lay, off), h, f in zip(moves, hs, self.arm.fitness_many(ev, hs)):
+                seen.add((lay, off))
+                trial(h, f)
+                r = rank(f, need(t, lay))
+                if r < best[0]:
+                    best = (r, f, h)
+                yield r
+
+        def unseen(moves: list[tuple[Layout, int]]) -> list[tuple[Layout, int]]:
+            """``moves`` not priced yet, each once, in order."""
+            return list(dict.fromkeys(m for m in moves if m not in seen))
 
         if not self.screen:
-            for lay, off in self.options(t, n):
-                if (lay, off) not in seen:
-                    price(lay, off)
-                    yield
+            for _ in price(unseen(self.options(t, n))):
+                yield
             return best[1], best[2]
         windows = self.windows(t, n)
-        ranked, own = [], []
+        ranked, own, guessed = [], [], []
         for i, (off, _, lays) in enumerate(windows):
             if off == cur[1] and cur[0] in lays:
                 own.append(i)
                 continue
-            r = None
-            for lay in self.guesses(t, lays, g, off, cur[0]):
-                r = price(lay, off) if r is None else min(r, price(lay, off))
-                yield
-            ranked.append((r, i))
+            guessed += [(i, (lay, off)) for lay in self.guesses(t, lays, g, off, cur[0])]
+        by_window: dict[int, tuple[float, ...]] = {}
+        for (i, _), r in zip(guessed, price([m for _, m in guessed])):
+            by_window[i] = r if i not in by_window else min(by_window[i], r)
+            yield
+        ranked = sorted((r, i) for i, r in by_window.items())
         # a guess that breaks memory ranks after every one that fits, though another layout
         # on its window (more pipeline stages or tensor ranks) may fit
-        ranked.sort()
         broken = [(r[2], i) for r, i in ranked if r[0] >= INFEASIBLE_PENALTY_S]
         turned = [i for _, i in ranked[:self.screen]] + own + ([min(broken)[1]] if broken else [])
-        for i in turned:
-            off, _, lays = windows[i]
-            for lay in lays:
-                if (lay, off) not in seen:
-                    price(lay, off)
-                    yield
+        for _ in price(unseen([(lay, windows[i][0]) for i in turned for lay in windows[i][2]])):
+            yield
         return best[1], best[2]
 
     def cost(self, t: str) -> int:

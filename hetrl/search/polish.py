@@ -285,9 +285,8 @@ class Polisher:
                 t, o, g = run.shape[0][turn % k], run.options[turn % k], run.genotype
                 before = g.layout(t)
                 best_t = None
-                for x in o:
-                    h = g.with_layout(t, x)
-                    f = self.arm.fitness(ev, h)
+                hs = [g.with_layout(t, x) for x in o]
+                for x, h, f in zip(o, hs, self.arm.fitness_many(ev, hs)):
                     trial(h, f)
                     yield
                     # ties (common: the task is off the critical path) go to the layout that
@@ -522,10 +521,12 @@ class Polisher:
                 # every task before the costly splits
                 for t in [t for t, _ in current()[1].layouts]:
                     base = current()[1]
-                    for lay in self.space.layout_options[t]:
-                        if (lay, 0) != (base.layout(t), base.offset(t)):
-                            trial(base.with_layout(t, lay).with_offset(t, 0))
-                            yield
+                    hs = [base.with_layout(t, lay).with_offset(t, 0)
+                          for lay in self.space.layout_options[t]
+                          if (lay, 0) != (base.layout(t), base.offset(t))]
+                    for h, f in zip(hs, self.arm.fitness_many(ev, hs)):
+                        trial(h, f)
+                        yield
             if pass_ == 0:
                 base = current()[1]
                 if self.options.type_blocks:  # the splits start from GPUs in blocks of one type

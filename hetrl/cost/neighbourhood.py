@@ -1,0 +1,242 @@
+"""Pricing a neighbourhood of plans at once (docs/search.md, "Pricing a neighbourhood").
+
+A search's moves change one task at a time: a sweep over one task's options, the turns of a
+split. Such plans differ from one another in one placement; what :meth:`CostModel.estimate
+<hetrl.cost.model.CostModel.estimate>` recomputes for each is mostly the memory of that task's
+group (the KV budget the rollout engine gets depends on every co-located task's bytes) and, in
+the group that holds it, the generation task under that budget. :func:`price_plans` prices
+them together: the moved task's group's memory rows for all the options as arrays (the
+operations and their order of :func:`~hetrl.cost.kernels.group_memory_rows`, element by
+element, so the bytes are equal to the last bit), the generation task once per distinct KV
+budget, and the rest of each plan through the cost model's own :meth:`~hetrl.cost.model.
+CostModel.timing`. The answers (seconds per iteration, whether the plan fits) are bit-equal
+to the scalar path's (tests/cost/test_neighbourhood.py); plans that are not one move apart go
+through the scalar path. A speed-up only: no formula lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetrl.cost.group_memory import copy_names
+from hetrl.cost.model import CostModel, plan_key
+from hetrl.cost.result import TaskResult
+from hetrl.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """What a search reads of a plan's estimate: its seconds per iteration and whether it fits
+    (in memory, and no task violates a limit)."""
+
+    iteration_s: float
+    feasible: bool
+
+
+def price_plans(model: CostModel, plans: Sequence[Plan]) -> list[Brief]:
+    """The :class:`Brief` of each of ``plans`` (valid plans of ``model``'s workload and
+    cluster), equal to what ``model.estimate(plan)`` says of it. Plans that differ from the
+    first plan not yet priced in one placement are priced together (see the module's text);
+    any other through :meth:`~hetrl.cost.model.CostModel.estimate`. Counts one estimate of
+    ``model`` per plan."""
+    model.evaluations += len(plans)
+    if model._own.full():
+        model.clear_memos()
+    out: list[Brief | None] = [None] * len(plans)
+    todo: dict = {}  # plan key -> indices of the plans with that key, not yet priced
+    for i, plan in enumerate(plans):
+        key = plan_key(plan)
+        brief = model._briefs.get(key)
+        if brief is None:
+            est = model._plans.get(key)
+            if est is not None:
+                brief = Brief(est.iteration_s, est.feasible)
+        if brief is not None:
+            out[i] = brief
+        else:
+            todo.setdefault(key, []).append(i)
+    if todo:
+        firsts = [idx[0] for idx in todo.values()]
+        for i, brief in zip(firsts, _price_distinct(model, [plans[i] for i in firsts]),
+                            strict=True):
+            model._briefs[plan_key(plans[i])] = brief
+            for j in todo[plan_key(plans[i])]:
+                out[j] = brief
+    return out  # type: ignore[return-value]
+
+
+def _price_distinct(model: CostModel, plans: list[Plan]) -> list[Brief]:
+    """:func:`price_plans` of distinct plans none of which is in the memo tables."""
+    ref = plans[0]
+    n = len(ref.placements)
+    moved: dict[tuple[int, str], list[int]] = {}  # (placement index, backend) -> plans
+    alone: list[int] = []
+    for i, plan in enumerate(plans):
+        if i == 0:
+            continue
+        if plan.groups != ref.groups or plan.sync_relay != ref.sync_relay \
+                or len(plan.placements) != n:
+            alone.append(i)
+            continue
+        diff = [j for j, (a, b) in enumerate(zip(plan.placements, ref.placements, strict=True))
+                if a is not b and a != b]
+        if len(diff) == 1:
+            moved.setdefault((diff[0], plan.placements[diff[0]].backend), []).append(i)
+        else:
+            alone.append(i)
+    # the reference joins the first batch of its own backend (alone if there is none)
+    for (k, backend), members in moved.items():
+        if ref.placements[k].backend == backend:
+            members.insert(0, 0)
+            break
+    else:
+        moved[(0, ref.placements[0].backend)] = [0]
+    out: list[Brief | None] = [None] * len(plans)
+    for (k, _), members in moved.items():
+        for i, brief in zip(members, _price_moves(model, [plans[i] for i in members], k),
+                            strict=True):
+            out[i] = brief
+    for i in alone:
+        out[i] = _scalar(model, plans[i])
+    return out  # type: ignore[return-value]
+
+
+def _scalar(model: CostModel, plan: Plan) -> Brief:
+    est = model.estimate(plan, check=False)
+    model.evaluations -= 1  # (counted by price_plans)
+    return Brief(est.iteration_s, est.feasible)
+
+
+def _price_moves(model: CostModel, plans: list[Plan], k: int) -> list[Brief]:
+    """Plans that differ in placement ``k`` only (all of one backend there), each priced."""
+    first = plans[0]
+    copies, structure = model._structure(first)
+    pl = first.placements
+    moving = [(idx, names) for idx, names in structure if k in idx]
+    if len(moving) != 1:
+        return [_scalar(model, p) for p in plans]
+    idx, names = moving[0]
+    # the other groups' results, unchanged by the move (memo hits after the first plan)
+    fixed = {g: model._group(tuple([pl[i] for i in gi]), gn)
+             for g, (gi, gn) in enumerate(structure) if k not in gi}
+    taken = np.zeros(model.cluster.num_devices, dtype=bool)
+    for res in fixed.values():
+        if taken[res.peak_ids].any():  # groups that overlap: the whole plan is one group
+            return [_scalar(model, p) for p in plans]
+        taken[res.peak_ids] = True
+    rows, gen_at = _moved_group_rows(model, plans, k, idx, names)
+    need, states, working, resident, kv_left, used = rows
+    # a move whose devices reach another group's: the scalar path prices it as one group
+    overlapping = (used & taken).any(axis=1) if fixed else np.zeros(len(plans), dtype=bool)
+    over = (used & (need > model._mem_bytes)).any(axis=1)
+    fixed_over = any(res.over.size for res in fixed.values())
+    generation = _generations(model, plans, k, idx, gen_at, kv_left) if gen_at >= 0 else None
+    fixed_gen = [res.generation for res in fixed.values() if res.generation is not None]
+    same_sets = [frozenset(pl[i].device_ids) if i != k else None for i in idx]
+    out = []
+    for n, plan in enumerate(plans):
+        if overlapping[n]:
+            out.append(_scalar(model, plan))
+            continue
+        gen_result = generation[n] if generation is not None else fixed_gen[0]
+        devices: dict[str, frozenset[int]] = {}
+        for g, (gi, _) in enumerate(structure):
+            if g in fixed:
+                devices.update(fixed[g].device_sets)
+            else:
+                for i, s in zip(gi, same_sets, strict=True):
+                    p = plan.placements[i]
+                    devices[p.task] = frozenset(p.device_ids) if s is None else s
+        timing = model.timing(plan, gen_result, devices)
+        violated = any(r.violations for r in timing.results.values())
+        out.append(Brief(timing.iteration_s, not (bool(over[n]) or fixed_over or violated)))
+    return out
+
+
+def _moved_group_rows(model: CostModel, plans: list[Plan], k: int, idx: list[int],
+                      names: tuple[str, ...]) -> tuple[tuple[np.ndarray, ...], int]:
+    """The moved task's group's memory rows for every plan (arrays of plans x devices):
+    (need, trained states, working set, resident, the KV budget left, used), as
+    :func:`~hetrl.cost.kernels.group_memory_rows` computes them (its operations, in its order:
+    states summed in placement order, a copy's weights the largest of its placements', the
+    copies' weights summed in copy order), and the generation placement's index in the group
+    (-1: none)."""
+    wl = model.workload
+    first = plans[0].placements
+    members = [first[i] for i in idx]
+    copy_of = [names.index(c) for c in copy_names(members, model._info)]
+    tasks = [p.task for p in members]
+    gen_at = tasks.index("actor_generation") if "actor_generation" in tasks else -1
+    async_mode = wl.mode == "async"
+    sleeps = wl.mode == "sync" and wl.gen_sleep_level > 0 and gen_at >= 0
+    d = model.cluster.num_devices
+    moved = np.zeros((len(plans), 5, d))
+    for n, plan in enumerate(plans):
+        p = plan.placements[k]
+        moved[n][:, p.device_array] = model._slots(p)
+    dense = []  # per group member: its (weights, states, working, KV per sequence, used) rows
+    for i, p in zip(idx, members, strict=True):
+        if i == k:
+            dense.append(moved.transpose(1, 0, 2))
+        else:
+            rows = np.zeros((5, 1, d))
+            rows[:, 0, p.device_array] = model._slots(p)
+            dense.append(rows)
+    by_copy: list = [None] * len(names)
+    awake: list = [None] * len(names)
+    states = working = used = None
+    for j, rows in enumerate(dense):
+        c = copy_of[j]
+        w = rows[0]
+        by_copy[c] = w if by_copy[c] is None else np.maximum(by_copy[c], w)
+        if sleeps and j != gen_at:
+            awake[c] = w if awake[c] is None else np.maximum(awake[c], w)
+        if j == 0:
+            states, working, used = rows[1], rows[2], rows[4] > 0
+        else:
+            states = states + rows[1]
+            working = np.maximum(working, rows[2])
+            used = used | (rows[4] > 0)
+    weights = 0.0
+    for w in by_copy:
+        weights = weights + w
+    resident = weights + states
+    kv = model._mem_bytes - resident
+    if async_mode:
+        kv = kv - working
+    if sleeps:
+        others = 0.0
+        for w in awake:
+            others = others + (w if w is not None else 0.0)
+        need = np.maximum(others + states + working, resident)
+    else:
+        need = resident + working
+    return (need, states, working, resident, kv, used), gen_at
+
+
+def _generations(model: CostModel, plans: list[Plan], k: int, idx: list[int], gen_at: int,
+                 kv_left: np.ndarray) -> list[TaskResult]:
+    """The generation task's result in each plan, under the KV budget its group leaves it
+    (``kv_left``: bytes per device, one row per plan): one priced per distinct budget."""
+    gi = idx[gen_at]
+    if gi != k:  # the rollout stays: its KV pool cap is one array, the budgets one array op
+        gen = plans[0].placements[gi]
+        pools = model._kv_pool(gen, kv_left)
+        seen: dict[bytes, TaskResult] = {}
+        stage = pools[:, gen.device_array]
+        out = []
+        for n in range(len(plans)):
+            key = stage[n].tobytes()
+            res = seen.get(key)
+            if res is None:
+                res = seen[key] = model.generation_cost(gen, pools[n])
+            out.append(res)
+        return out
+    return [model.generation_cost(p.placements[k], model._kv_pool(p.placements[k], kv_left[n]))
+            for n, p in enumerate(plans)]
+
+
+__all__ = ["Brief", "price_plans"]
