@@ -69,10 +69,11 @@ def price_plans(model: CostModel, plans: Sequence[Plan]) -> list[Brief]:
 
 
 def _price_distinct(model: CostModel, plans: list[Plan]) -> list[Brief]:
-    """:func:`price_plans` of distinct plans none of which is in the memo tables."""
+    """:func:`price_plans` of distinct plans none of which is in the memo tables: batched by
+    the placements in which they differ from the first (and those placements' backends)."""
     ref = plans[0]
     n = len(ref.placements)
-    moved: dict[tuple[int, str], list[int]] = {}  # (placement index, backend) -> plans
+    moved: dict[tuple, list[int]] = {}  # (indices moved, their backends) -> plans
     alone: list[int] = []
     for i, plan in enumerate(plans):
         if i == 0:
@@ -81,22 +82,20 @@ def _price_distinct(model: CostModel, plans: list[Plan]) -> list[Brief]:
                 or len(plan.placements) != n:
             alone.append(i)
             continue
-        diff = [j for j, (a, b) in enumerate(zip(plan.placements, ref.placements, strict=True))
-                if a is not b and a != b]
-        if len(diff) == 1:
-            moved.setdefault((diff[0], plan.placements[diff[0]].backend), []).append(i)
-        else:
-            alone.append(i)
-    # the reference joins the first batch of its own backend (alone if there is none)
-    for (k, backend), members in moved.items():
-        if ref.placements[k].backend == backend:
+        diff = tuple([j for j, (a, b) in enumerate(zip(plan.placements, ref.placements,
+                                                       strict=True)) if a is not b and a != b])
+        moved.setdefault((diff, tuple([plan.placements[j].backend for j in diff])),
+                         []).append(i)
+    # the reference joins the first batch whose moved placements have its backends
+    for (ks, backends), members in moved.items():
+        if tuple([ref.placements[j].backend for j in ks]) == backends:
             members.insert(0, 0)
             break
     else:
-        moved[(0, ref.placements[0].backend)] = [0]
+        moved[((0,), (ref.placements[0].backend,))] = [0]
     out: list[Brief | None] = [None] * len(plans)
-    for (k, _), members in moved.items():
-        for i, brief in zip(members, _price_moves(model, [plans[i] for i in members], k),
+    for (ks, _), members in moved.items():
+        for i, brief in zip(members, _price_moves(model, [plans[i] for i in members], ks),
                             strict=True):
             out[i] = brief
     for i in alone:
@@ -110,60 +109,68 @@ def _scalar(model: CostModel, plan: Plan) -> Brief:
     return Brief(est.iteration_s, est.feasible)
 
 
-def _price_moves(model: CostModel, plans: list[Plan], k: int) -> list[Brief]:
-    """Plans that differ in placement ``k`` only (all of one backend there), each priced."""
+def _price_moves(model: CostModel, plans: list[Plan], ks: tuple[int, ...]) -> list[Brief]:
+    """Plans of one structure that differ in placements ``ks`` only (each of one backend
+    there), each priced."""
     first = plans[0]
-    copies, structure = model._structure(first)
+    _, structure = model._structure(first)
     pl = first.placements
-    moving = [(idx, names) for idx, names in structure if k in idx]
-    if len(moving) != 1:
-        return [_scalar(model, p) for p in plans]
-    idx, names = moving[0]
-    # the other groups' results, unchanged by the move (memo hits after the first plan)
+    moving = {g for g, (gi, _) in enumerate(structure) if any(k in gi for k in ks)}
+    # the other groups' results, unchanged by the moves (memo hits after the first plan)
     fixed = {g: model._group(tuple([pl[i] for i in gi]), gn)
-             for g, (gi, gn) in enumerate(structure) if k not in gi}
+             for g, (gi, gn) in enumerate(structure) if g not in moving}
     taken = np.zeros(model.cluster.num_devices, dtype=bool)
     for res in fixed.values():
         if taken[res.peak_ids].any():  # groups that overlap: the whole plan is one group
             return [_scalar(model, p) for p in plans]
         taken[res.peak_ids] = True
-    rows, gen_at = _moved_group_rows(model, plans, k, idx, names)
-    need, states, working, resident, kv_left, used = rows
-    # a move whose devices reach another group's: the scalar path prices it as one group
-    overlapping = (used & taken).any(axis=1) if fixed else np.zeros(len(plans), dtype=bool)
-    over = (used & (need > model._mem_bytes)).any(axis=1)
+    overlapping = np.zeros(len(plans), dtype=bool)
+    over = np.zeros(len(plans), dtype=bool)
+    generation = None
+    used_so_far = np.broadcast_to(taken, (len(plans), taken.size))
+    for g in sorted(moving):
+        idx, names = structure[g]
+        (need, _, _, _, kv_left, used), gen_at = _moved_group_rows(model, plans, ks, idx, names)
+        # a move whose devices reach another group's: the scalar path prices it as one group
+        overlapping |= (used & used_so_far).any(axis=1)
+        used_so_far = used_so_far | used
+        over |= (used & (need > model._mem_bytes)).any(axis=1)
+        if gen_at >= 0:
+            generation = _generations(model, plans, ks, idx, gen_at, kv_left)
     fixed_over = any(res.over.size for res in fixed.values())
-    generation = _generations(model, plans, k, idx, gen_at, kv_left) if gen_at >= 0 else None
-    fixed_gen = [res.generation for res in fixed.values() if res.generation is not None]
-    same_sets = [frozenset(pl[i].device_ids) if i != k else None for i in idx]
+    if generation is None:
+        gen_result = [res.generation for res in fixed.values() if res.generation is not None][0]
+        generation = [gen_result] * len(plans)
+    fixed_sets = {i: frozenset(pl[i].device_ids) for g in moving for i in structure[g][0]
+                  if i not in ks}
     out = []
     for n, plan in enumerate(plans):
         if overlapping[n]:
             out.append(_scalar(model, plan))
             continue
-        gen_result = generation[n] if generation is not None else fixed_gen[0]
         devices: dict[str, frozenset[int]] = {}
         for g, (gi, _) in enumerate(structure):
             if g in fixed:
                 devices.update(fixed[g].device_sets)
             else:
-                for i, s in zip(gi, same_sets, strict=True):
+                for i in gi:
                     p = plan.placements[i]
+                    s = fixed_sets.get(i)
                     devices[p.task] = frozenset(p.device_ids) if s is None else s
-        timing = model.timing(plan, gen_result, devices)
+        timing = model.timing(plan, generation[n], devices)
         violated = any(r.violations for r in timing.results.values())
         out.append(Brief(timing.iteration_s, not (bool(over[n]) or fixed_over or violated)))
     return out
 
 
-def _moved_group_rows(model: CostModel, plans: list[Plan], k: int, idx: list[int],
+def _moved_group_rows(model: CostModel, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
                       names: tuple[str, ...]) -> tuple[tuple[np.ndarray, ...], int]:
-    """The moved task's group's memory rows for every plan (arrays of plans x devices):
-    (need, trained states, working set, resident, the KV budget left, used), as
-    :func:`~hetrl.cost.kernels.group_memory_rows` computes them (its operations, in its order:
-    states summed in placement order, a copy's weights the largest of its placements', the
-    copies' weights summed in copy order), and the generation placement's index in the group
-    (-1: none)."""
+    """A task group's memory rows for every plan (arrays of plans x devices; its placements
+    ``idx``, those of ``ks`` differing from plan to plan): (need, trained states, working set,
+    resident, the KV budget left, used), as :func:`~hetrl.cost.kernels.group_memory_rows`
+    computes them (its operations, in its order: states summed in placement order, a copy's
+    weights the largest of its placements', the copies' weights summed in copy order), and the
+    generation placement's index in the group (-1: none)."""
     wl = model.workload
     first = plans[0].placements
     members = [first[i] for i in idx]
@@ -173,14 +180,14 @@ def _moved_group_rows(model: CostModel, plans: list[Plan], k: int, idx: list[int
     async_mode = wl.mode == "async"
     sleeps = wl.mode == "sync" and wl.gen_sleep_level > 0 and gen_at >= 0
     d = model.cluster.num_devices
-    moved = np.zeros((len(plans), 5, d))
-    for n, plan in enumerate(plans):
-        p = plan.placements[k]
-        moved[n][:, p.device_array] = model._slots(p)
     dense = []  # per group member: its (weights, states, working, KV per sequence, used) rows
     for i, p in zip(idx, members, strict=True):
-        if i == k:
-            dense.append(moved.transpose(1, 0, 2))
+        if i in ks:  # (plans x 5 x devices, rows first)
+            rows = np.zeros((len(plans), 5, d))
+            for n, plan in enumerate(plans):
+                q = plan.placements[i]
+                rows[n][:, q.device_array] = model._slots(q)
+            dense.append(rows.transpose(1, 0, 2))
         else:
             rows = np.zeros((5, 1, d))
             rows[:, 0, p.device_array] = model._slots(p)
@@ -214,15 +221,18 @@ def _moved_group_rows(model: CostModel, plans: list[Plan], k: int, idx: list[int
         need = np.maximum(others + states + working, resident)
     else:
         need = resident + working
-    return (need, states, working, resident, kv, used), gen_at
+    shape = (len(plans), d)
+    return tuple(np.broadcast_to(a, shape) for a in (need, states, working, resident, kv,
+                                                      used)), gen_at
 
 
-def _generations(model: CostModel, plans: list[Plan], k: int, idx: list[int], gen_at: int,
-                 kv_left: np.ndarray) -> list[TaskResult]:
+def _generations(model: CostModel, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
+                 gen_at: int, kv_left: np.ndarray) -> list[TaskResult]:
     """The generation task's result in each plan, under the KV budget its group leaves it
-    (``kv_left``: bytes per device, one row per plan): one priced per distinct budget."""
+    (``kv_left``: bytes per device, one row per plan): where the rollout stays, one priced per
+    distinct budget."""
     gi = idx[gen_at]
-    if gi != k:  # the rollout stays: its KV pool cap is one array, the budgets one array op
+    if gi not in ks:  # the rollout stays: its KV pool cap is one array, the budgets one array op
         gen = plans[0].placements[gi]
         pools = model._kv_pool(gen, kv_left)
         seen: dict[bytes, TaskResult] = {}
@@ -235,7 +245,7 @@ def _generations(model: CostModel, plans: list[Plan], k: int, idx: list[int], ge
                 res = seen[key] = model.generation_cost(gen, pools[n])
             out.append(res)
         return out
-    return [model.generation_cost(p.placements[k], model._kv_pool(p.placements[k], kv_left[n]))
+    return [model.generation_cost(p.placements[gi], model._kv_pool(p.placements[gi], kv_left[n]))
             for n, p in enumerate(plans)]
 
 
