@@ -18,13 +18,55 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hetrl.cost.group_memory import copy_names
-from hetrl.cost.model import CostModel, plan_key
-from hetrl.cost.result import TaskResult
-from hetrl.plan import Plan
+from hetrl.cost.group_memory import GroupResult, copy_names
+from hetrl.cost.model import Timing, plan_key
+from hetrl.cost.result import Estimate, TaskResult
+from hetrl.plan import Plan, TaskPlacement
+from hetrl.spec.cluster import ClusterSpec
+from hetrl.spec.workload import WorkloadSpec
+
+
+@runtime_checkable
+class NeighbourhoodHost(Protocol):
+    """What :func:`price_plans` reads of the :class:`~hetrl.cost.model.CostModel` it prices
+    with: its memo tables and the terms the scalar path computes through (a speed-up beside
+    the facade, as its mixins are; tests/cost/test_hosts.py checks the list)."""
+
+    workload: WorkloadSpec
+    cluster: ClusterSpec
+    #: estimates made (price_plans counts one per plan)
+    evaluations: int
+    #: this cost model's own tables (memo.OwnTables), the plans' estimates and briefs
+    _own: Any
+    _plans: dict
+    _briefs: dict
+    #: per task: (kind, role, model copy name)
+    _info: dict[str, tuple[str, str, str]]
+    #: usable bytes per device (memory x usable_memory_fraction), read-only
+    _mem_bytes: np.ndarray
+
+    def estimate(self, plan: Plan, check: bool = True) -> Estimate: ...
+
+    def clear_memos(self) -> None: ...
+
+    def timing(self, plan: Plan, gen_result: TaskResult, devices: dict[str, frozenset[int]]
+               ) -> Timing: ...
+
+    def generation_cost(self, p: TaskPlacement, kv_budget: np.ndarray) -> TaskResult: ...
+
+    def _structure(self, plan: Plan) -> tuple[tuple[str, ...],
+                                              list[tuple[list[int], tuple[str, ...]]]]: ...
+
+    def _group(self, placements: tuple[TaskPlacement, ...], copies: tuple[str, ...]
+               ) -> GroupResult: ...
+
+    def _slots(self, p: TaskPlacement) -> np.ndarray: ...
+
+    def _kv_pool(self, gen: TaskPlacement, left: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +78,7 @@ class Brief:
     feasible: bool
 
 
-def price_plans(model: CostModel, plans: Sequence[Plan]) -> list[Brief]:
+def price_plans(model: NeighbourhoodHost, plans: Sequence[Plan]) -> list[Brief]:
     """The :class:`Brief` of each of ``plans`` (valid plans of ``model``'s workload and
     cluster), equal to what ``model.estimate(plan)`` says of it. Plans that differ from the
     first plan not yet priced in one placement are priced together (see the module's text);
@@ -68,7 +110,7 @@ def price_plans(model: CostModel, plans: Sequence[Plan]) -> list[Brief]:
     return out  # type: ignore[return-value]
 
 
-def _price_distinct(model: CostModel, plans: list[Plan]) -> list[Brief]:
+def _price_distinct(model: NeighbourhoodHost, plans: list[Plan]) -> list[Brief]:
     """:func:`price_plans` of distinct plans none of which is in the memo tables: batched by
     the placements in which they differ from the first (and those placements' backends)."""
     ref = plans[0]
@@ -103,13 +145,13 @@ def _price_distinct(model: CostModel, plans: list[Plan]) -> list[Brief]:
     return out  # type: ignore[return-value]
 
 
-def _scalar(model: CostModel, plan: Plan) -> Brief:
+def _scalar(model: NeighbourhoodHost, plan: Plan) -> Brief:
     est = model.estimate(plan, check=False)
     model.evaluations -= 1  # (counted by price_plans)
     return Brief(est.iteration_s, est.feasible)
 
 
-def _price_moves(model: CostModel, plans: list[Plan], ks: tuple[int, ...]) -> list[Brief]:
+def _price_moves(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...]) -> list[Brief]:
     """Plans of one structure that differ in placements ``ks`` only (each of one backend
     there), each priced."""
     first = plans[0]
@@ -163,7 +205,7 @@ def _price_moves(model: CostModel, plans: list[Plan], ks: tuple[int, ...]) -> li
     return out
 
 
-def _moved_group_rows(model: CostModel, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
+def _moved_group_rows(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
                       names: tuple[str, ...]) -> tuple[tuple[np.ndarray, ...], int]:
     """A task group's memory rows for every plan (arrays of plans x devices; its placements
     ``idx``, those of ``ks`` differing from plan to plan): (need, trained states, working set,
@@ -226,7 +268,7 @@ def _moved_group_rows(model: CostModel, plans: list[Plan], ks: tuple[int, ...], 
                                                       used)), gen_at
 
 
-def _generations(model: CostModel, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
+def _generations(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
                  gen_at: int, kv_left: np.ndarray) -> list[TaskResult]:
     """The generation task's result in each plan, under the KV budget its group leaves it
     (``kv_left``: bytes per device, one row per plan): where the rollout stays, one priced per
@@ -249,4 +291,4 @@ def _generations(model: CostModel, plans: list[Plan], ks: tuple[int, ...], idx: 
             for n, p in enumerate(plans)]
 
 
-__all__ = ["Brief", "price_plans"]
+__all__ = ["Brief", "NeighbourhoodHost", "price_plans"]

@@ -105,7 +105,7 @@ class TaskMoves:
             the best kept."""
             nonlocal best
             hs = [g.with_layout(t, lay).with_offset(t, off) for lay, off in moves]
-            for (lay, off), h, f in zip(moves, hs, self.arm.fitness_many(ev, hs)):
+            for (lay, off), h, f in zip(moves, hs, self.arm.fitness_many(ev, hs), strict=True):
                 seen.add((lay, off))
                 trial(h, f)
                 r = rank(f, need(t, lay))
@@ -129,7 +129,7 @@ class TaskMoves:
                 continue
             guessed += [(i, (lay, off)) for lay in self.guesses(t, lays, g, off, cur[0])]
         by_window: dict[int, tuple[float, ...]] = {}
-        for (i, _), r in zip(guessed, price([m for _, m in guessed])):
+        for (i, _), r in zip(guessed, price([m for _, m in guessed]), strict=True):
             by_window[i] = r if i not in by_window else min(by_window[i], r)
             yield
         ranked = sorted((r, i) for i, r in by_window.items())

@@ -35,7 +35,6 @@ from hetrl.search.moves import TaskMoves, offsets, rank
 from hetrl.search.options import PolishOptions
 from hetrl.search.space import Layout
 
-
 #: Splits the screen builds and prices together (:meth:`Polisher._screen`): a chunk is built
 #: before the first of it is priced, so that a time budget's clock is still looked at between
 #: chunks on 1,024 GPUs, where a triple has very many splits.
@@ -257,7 +256,7 @@ class Polisher:
         ranking."""
         runs = iter(runs)
         while chunk := list(itertools.islice(runs, SCREEN_CHUNK)):
-            for run, f in zip(chunk, self.arm.fitness_many(ev, [r.genotype for r in chunk])):
+            for run, f in zip(chunk, self.arm.fitness_many(ev, [r.genotype for r in chunk]), strict=True):
                 run.fitness = f
                 trial(run.genotype, f)
                 out.append(run)
@@ -295,7 +294,7 @@ class Polisher:
                 before = g.layout(t)
                 best_t = None
                 hs = [g.with_layout(t, x) for x in o]
-                for x, h, f in zip(o, hs, self.arm.fitness_many(ev, hs)):
+                for x, h, f in zip(o, hs, self.arm.fitness_many(ev, hs), strict=True):
                     trial(h, f)
                     yield
                     # ties (common: the task is off the critical path) go to the layout that
@@ -533,7 +532,7 @@ class Polisher:
                     hs = [base.with_layout(t, lay).with_offset(t, 0)
                           for lay in self.space.layout_options[t]
                           if (lay, 0) != (base.layout(t), base.offset(t))]
-                    for h, f in zip(hs, self.arm.fitness_many(ev, hs)):
+                    for h, f in zip(hs, self.arm.fitness_many(ev, hs), strict=True):
                         trial(h, f)
                         yield
             if pass_ == 0:

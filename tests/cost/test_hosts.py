@@ -8,7 +8,13 @@ import re
 
 import pytest
 
-from hetrl.cost import model_forward, model_generation, model_memory, model_transfers
+from hetrl.cost import (
+    model_forward,
+    model_generation,
+    model_memory,
+    model_transfers,
+    neighbourhood,
+)
 from hetrl.cost.model import CostModel
 
 MIXINS = [
@@ -37,3 +43,11 @@ def test_the_cost_model_is_every_mixins_host(mixin, host, ppo8b, a100x8):
     assert isinstance(model, host)
     missing = {name for name in _members(host) if not hasattr(model, name)}
     assert missing == set()
+
+
+def test_the_neighbourhood_pricer_reads_only_what_its_host_protocol_declares(ppo8b, a100x8):
+    read = set(re.findall(r"(?<![\w.])model\.([A-Za-z_]\w*)", inspect.getsource(neighbourhood)))
+    assert read - _members(neighbourhood.NeighbourhoodHost) == set()
+    model = CostModel(ppo8b, a100x8)
+    assert isinstance(model, neighbourhood.NeighbourhoodHost)
+    assert {n for n in _members(neighbourhood.NeighbourhoodHost) if not hasattr(model, n)} == set()
