@@ -109,10 +109,13 @@ class Scaling(Figure):
                                      "fraction_of_model_bound", "evaluations"]].mean()
             line, = ax_t.plot(m.index, m["iteration_s"], "o-", label=s)
             if s == "hetrl":
+                last = m.index.max()
                 for g, evals in m["evaluations"].items():
-                    if np.isfinite(evals):
+                    if np.isfinite(evals):  # (the last point's label left of it: in the axes)
                         ax_t.annotate(f"{evals:,.0f} ev.", (g, m.loc[g, "iteration_s"]),
-                                      textcoords="offset points", xytext=(4, 4), fontsize=7)
+                                      textcoords="offset points", fontsize=7,
+                                      xytext=(-4, 6) if g == last else (4, 4),
+                                      ha="right" if g == last else "left")
             ax_f.plot(m.index, m["fraction_of_model_bound"], "o-", color=line.get_color(),
                       label=f"{s} / cost-model bound")
             ax_f.plot(m.index, m["fraction_of_bound"], "o:", color=line.get_color(),
