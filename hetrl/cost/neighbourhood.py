@@ -1,17 +1,18 @@
 """Pricing a neighbourhood of plans at once (docs/search.md, "Pricing a neighbourhood").
 
-A search's moves change one task at a time: a sweep over one task's options, the turns of a
-split. Such plans differ from one another in one placement; what :meth:`CostModel.estimate
-<hetrl.cost.model.CostModel.estimate>` recomputes for each is mostly the memory of that task's
-group (the KV budget the rollout engine gets depends on every co-located task's bytes) and, in
-the group that holds it, the generation task under that budget. :func:`price_plans` prices
-them together: the moved task's group's memory rows for all the options as arrays (the
-operations and their order of :func:`~hetrl.cost.kernels.group_memory_rows`, element by
-element, so the bytes are equal to the last bit), the generation task once per distinct KV
-budget, and the rest of each plan through the cost model's own :meth:`~hetrl.cost.model.
-CostModel.timing`. The answers (seconds per iteration, whether the plan fits) are bit-equal
-to the scalar path's (tests/cost/test_neighbourhood.py); plans that are not one move apart go
-through the scalar path. A speed-up only: no formula lives here.
+A search's moves change one task or a few at a time: a sweep over one task's options, the turns
+of a split, a screen of splits. Such plans differ from one another in the same few placements;
+what :meth:`CostModel.estimate <hetrl.cost.model.CostModel.estimate>` recomputes for each is
+mostly the memory of the moved tasks' groups (the KV budget the rollout engine gets depends on
+every co-located task's bytes) and, in the group that holds it, the generation task under that
+budget. :func:`price_plans` prices them together: each moved group's memory rows for all the
+plans as arrays (the operations and their order of :func:`~hetrl.cost.kernels.
+group_memory_rows`, element by element, so the bytes are equal to the last bit), the generation
+task once per distinct KV budget where it stays, and the rest of each plan through the cost
+model's own :meth:`~hetrl.cost.model.CostModel.timing`. The answers (seconds per iteration,
+whether the plan fits) are bit-equal to the scalar path's (tests/cost/test_neighbourhood.py);
+plans of another structure than the first go through the scalar path. A speed-up only: no
+formula lives here.
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ class Brief:
 
 def price_plans(model: NeighbourhoodHost, plans: Sequence[Plan]) -> list[Brief]:
     """The :class:`Brief` of each of ``plans`` (valid plans of ``model``'s workload and
-    cluster), equal to what ``model.estimate(plan)`` says of it. Plans that differ from the
-    first plan not yet priced in one placement are priced together (see the module's text);
-    any other through :meth:`~hetrl.cost.model.CostModel.estimate`. Counts one estimate of
-    ``model`` per plan."""
+    cluster), equal to what ``model.estimate(plan)`` says of it. Plans of the first unpriced
+    plan's structure (task groups, relay) are priced together, batched by the placements in
+    which they differ from it (see the module's text); any other through
+    :meth:`~hetrl.cost.model.CostModel.estimate`. Counts one estimate of ``model`` per plan."""
     model.evaluations += len(plans)
     if model._own.full():
         model.clear_memos()
@@ -151,7 +152,8 @@ def _scalar(model: NeighbourhoodHost, plan: Plan) -> Brief:
     return Brief(est.iteration_s, est.feasible)
 
 
-def _price_moves(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...]) -> list[Brief]:
+def _price_moves(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...]
+                 ) -> list[Brief]:
     """Plans of one structure that differ in placements ``ks`` only (each of one backend
     there), each priced."""
     first = plans[0]
@@ -205,8 +207,9 @@ def _price_moves(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...
     return out
 
 
-def _moved_group_rows(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...], idx: list[int],
-                      names: tuple[str, ...]) -> tuple[tuple[np.ndarray, ...], int]:
+def _moved_group_rows(model: NeighbourhoodHost, plans: list[Plan], ks: tuple[int, ...],
+                      idx: list[int], names: tuple[str, ...]
+                      ) -> tuple[tuple[np.ndarray, ...], int]:
     """A task group's memory rows for every plan (arrays of plans x devices; its placements
     ``idx``, those of ``ks`` differing from plan to plan): (need, trained states, working set,
     resident, the KV budget left, used), as :func:`~hetrl.cost.kernels.group_memory_rows`

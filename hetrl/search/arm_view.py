@@ -18,7 +18,8 @@ from hetrl.spec.workload import WorkloadSpec
 
 class PolishArm(Protocol):
     """What the polish does with the arm it polishes: read its population and best, price a
-    genotype (counted against the arm) or several at once, move a genotype at random, and hand back its best."""
+    genotype (counted against the arm) or several at once, move a genotype at random, and hand
+    back its best."""
 
     population: list[tuple[float, Genotype]]
     best: float

@@ -71,6 +71,7 @@ class Kicks:
             # the moves the pass's type-window screen builds, priced together
             hs = [run.genotype for t, _ in g.layouts for run in p.window_runs(t, g)
                   if run.genotype != g]
-            moves = [(f, i, h) for i, (h, f) in enumerate(zip(hs, p.arm.fitness_many(ev, hs), strict=True))]
+            priced = zip(hs, p.arm.fitness_many(ev, hs), strict=True)
+            moves = [(f, i, h) for i, (h, f) in enumerate(priced)]
             self.windows = [h for _, _, h in sorted(moves, key=lambda x: x[:2])]
         return self.windows.pop(0) if self.windows else None

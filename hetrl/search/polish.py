@@ -256,7 +256,8 @@ class Polisher:
         ranking."""
         runs = iter(runs)
         while chunk := list(itertools.islice(runs, SCREEN_CHUNK)):
-            for run, f in zip(chunk, self.arm.fitness_many(ev, [r.genotype for r in chunk]), strict=True):
+            priced = self.arm.fitness_many(ev, [r.genotype for r in chunk])
+            for run, f in zip(chunk, priced, strict=True):
                 run.fitness = f
                 trial(run.genotype, f)
                 out.append(run)
