@@ -90,8 +90,7 @@ def price_plans(model: NeighbourhoodHost, plans: Sequence[Plan]) -> list[Brief]:
         model.clear_memos()
     out: list[Brief | None] = [None] * len(plans)
     todo: dict = {}  # plan key -> indices of the plans with that key, not yet priced
-    for i, plan in enumerate(plans):
-        key = plan_key(plan)
+    for i, key in enumerate(map(plan_key, plans)):
         brief = model._briefs.get(key)
         if brief is None:
             est = model._plans.get(key)
@@ -102,11 +101,10 @@ def price_plans(model: NeighbourhoodHost, plans: Sequence[Plan]) -> list[Brief]:
         else:
             todo.setdefault(key, []).append(i)
     if todo:
-        firsts = [idx[0] for idx in todo.values()]
-        for i, brief in zip(firsts, _price_distinct(model, [plans[i] for i in firsts]),
-                            strict=True):
-            model._briefs[plan_key(plans[i])] = brief
-            for j in todo[plan_key(plans[i])]:
+        briefs = _price_distinct(model, [plans[idx[0]] for idx in todo.values()])
+        for (key, idx), brief in zip(todo.items(), briefs, strict=True):
+            model._briefs[key] = brief
+            for j in idx:
                 out[j] = brief
     return out  # type: ignore[return-value]
 

@@ -176,15 +176,8 @@ class Evaluator:
                 return UNLAUNCHABLE_PENALTY_S
             plan = launched
         est = self.model.estimate(plan, check=False)
-        self.evaluations += 1
         f = self.fitness(est, plan)
-        if self.best is None or f < self.best[0]:
-            self.best = (f, plan, est)
-            self._improved(f, est)
-            if self._bar is not None:
-                self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible else "infeasible")
-        if self._bar is not None:
-            self._bar.update(1)
+        self._charged(f, plan, est)
         return f
 
     def evaluate_many(self, plans: Sequence[Plan]) -> Iterator[float]:
@@ -203,21 +196,29 @@ class Evaluator:
         for plan, brief in zip(plans, price_plans(self.model, plans), strict=True):
             if self.exhausted():
                 raise BudgetExhausted
-            self.evaluations += 1
             f = time_fitness(brief.iteration_s, brief.feasible)
-            if self.best is None or f < self.best[0]:
+            est = None
+            if self.best is None or f < self.best[0]:  # the best keeps its whole estimate
                 est = self.model.estimate(plan, check=False)
                 if self.fitness(est, plan) != f:
                     raise RuntimeError(f"the neighbourhood pricer's fitness {f!r} differs from "
                                        f"the estimate's {self.fitness(est, plan)!r}")
-                self.best = (f, plan, est)
-                self._improved(f, est)
-                if self._bar is not None:
-                    self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible
-                                          else "infeasible")
-            if self._bar is not None:
-                self._bar.update(1)
+            self._charged(f, plan, est)
             yield f
+
+    def _charged(self, f: float, plan: Plan, est: Estimate | None) -> None:
+        """One evaluation of ``plan``, of fitness ``f``: counted, kept as the best if it is
+        (``est`` its estimate, given whenever it is the best), shown on the progress bar."""
+        self.evaluations += 1
+        if self.best is None or f < self.best[0]:
+            assert est is not None
+            self.best = (f, plan, est)
+            self._improved(f, est)
+            if self._bar is not None:
+                self._bar.set_postfix(best_s=f"{est.iteration_s:.2f}" if est.feasible
+                                      else "infeasible")
+        if self._bar is not None:
+            self._bar.update(1)
 
     def _launchable(self, plan: Plan) -> Plan | None:
         """``launch(plan)`` (memoised), None where the framework cannot run it."""

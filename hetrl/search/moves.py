@@ -122,7 +122,7 @@ class TaskMoves:
                 yield
             return best[1], best[2]
         windows = self.windows(t, n)
-        ranked, own, guessed = [], [], []
+        own, guessed = [], []
         for i, (off, _, lays) in enumerate(windows):
             if off == cur[1] and cur[0] in lays:
                 own.append(i)
